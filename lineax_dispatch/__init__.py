@@ -1,0 +1,44 @@
+"""lineax-dispatch: lineax operators that choose how to apply themselves.
+
+```python
+import lineax_dispatch as lxd
+```
+"""
+
+import importlib.metadata
+
+from .operators import (
+    AbstractDispatchOperator as AbstractDispatchOperator,
+    AddLinearOperator as AddLinearOperator,
+    ComposedLinearOperator as ComposedLinearOperator,
+    conj as conj,
+    diagonal as diagonal,
+    DiagonalLinearOperator as DiagonalLinearOperator,
+    DivLinearOperator as DivLinearOperator,
+    FunctionLinearOperator as FunctionLinearOperator,
+    IdentityLinearOperator as IdentityLinearOperator,
+    JacobianLinearOperator as JacobianLinearOperator,
+    linearise as linearise,
+    materialise as materialise,
+    MatrixLinearOperator as MatrixLinearOperator,
+    MulLinearOperator as MulLinearOperator,
+    NegLinearOperator as NegLinearOperator,
+    PyTreeLinearOperator as PyTreeLinearOperator,
+    TaggedLinearOperator as TaggedLinearOperator,
+    tridiagonal as tridiagonal,
+    TridiagonalLinearOperator as TridiagonalLinearOperator,
+    with_policy as with_policy,
+)
+from .policies import (
+    AbstractPolicy as AbstractPolicy,
+    dense_matrix as dense_matrix,
+    Lazy as Lazy,
+    Materialise as Materialise,
+    Outline as Outline,
+)
+
+
+try:
+    __version__ = importlib.metadata.version("lineax_dispatch")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+    __version__ = "0+unknown"

@@ -1,0 +1,124 @@
+"""The base class shared by every policy-carrying operator."""
+
+from typing import Any
+
+import equinox as eqx
+import lineax as lx
+from jaxtyping import PyTree
+
+from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
+from ._structure import check_vector
+
+
+class AbstractDispatchOperator(lx.AbstractLinearOperator):
+    """Abstract base class of the operators of lineax-dispatch.
+
+    Each concrete subclass also subclasses the lineax operator of the same name, so
+    every lineax function, predicate and solver accepts it. On top of lineax it
+    carries a `policy` ([`lineax_dispatch.AbstractPolicy`][]) that decides how `mv`
+    is applied, checks the structure of the vector given to `mv`, and keeps its
+    policy through transposition and operator arithmetic.
+    """
+
+    policy: AbstractPolicy = eqx.field(static=True)
+
+    def _set_policy(self, policy: AbstractPolicy | None) -> None:
+        # Called from each concrete `__init__`.
+        self.policy = default_policy() if policy is None else check_policy(policy)
+
+    def mv(self, vector: PyTree[Any]) -> PyTree[Any]:
+        """Computes the matrix-vector product, applied as this operator's policy
+        says.
+
+        **Arguments:**
+
+        - `vector`: a PyTree of arrays matching `self.in_structure()` (shapes and
+            dtypes; a sharding annotation alone is not a mismatch).
+
+        **Returns:**
+
+        A PyTree of arrays matching `self.out_structure()`.
+
+        **Raises:**
+
+        `ValueError` at trace time if `vector` does not match the input structure.
+        """
+        check_vector(self, vector)
+        if in_raw_mv_context():
+            return self.raw_mv(vector)
+        return self.policy.mv(self, vector)
+
+    def raw_mv(self, vector: PyTree[Any]) -> PyTree[Any]:
+        """The lineax `mv` of this operator, with no policy applied.
+
+        **Arguments:**
+
+        - `vector`: a PyTree matching `self.in_structure()`.
+
+        **Returns:**
+
+        A PyTree matching `self.out_structure()`.
+        """
+        return super().mv(vector)  # pyright: ignore[reportAbstractUsage]
+
+    def transpose(self) -> lx.AbstractLinearOperator:
+        """The transpose, as an operator of lineax-dispatch with the same policy.
+
+        **Returns:**
+
+        An [`lineax_dispatch.AbstractDispatchOperator`][].
+        """
+        from ._convert import adopt
+
+        return adopt(super().transpose(), self.policy)  # pyright: ignore[reportAbstractUsage]
+
+    def __add__(self, other) -> lx.AbstractLinearOperator:
+        from ._composite import AddLinearOperator
+
+        if not isinstance(other, lx.AbstractLinearOperator):
+            raise ValueError("Can only add AbstractLinearOperators together.")
+        return AddLinearOperator(self, other, policy=_joint_policy(self, other))
+
+    def __sub__(self, other) -> lx.AbstractLinearOperator:
+        if not isinstance(other, lx.AbstractLinearOperator):
+            raise ValueError("Can only add AbstractLinearOperators together.")
+        return self + (-other)
+
+    def __mul__(self, other) -> lx.AbstractLinearOperator:
+        from ._composite import MulLinearOperator
+
+        return MulLinearOperator(self, other, policy=self.policy)
+
+    def __rmul__(self, other) -> lx.AbstractLinearOperator:
+        return self * other
+
+    def __matmul__(self, other) -> lx.AbstractLinearOperator:
+        from ._composite import ComposedLinearOperator
+
+        if not isinstance(other, lx.AbstractLinearOperator):
+            raise ValueError("Can only compose AbstractLinearOperators together.")
+        return ComposedLinearOperator(self, other, policy=_joint_policy(self, other))
+
+    def __truediv__(self, other) -> lx.AbstractLinearOperator:
+        from ._composite import DivLinearOperator
+
+        return DivLinearOperator(self, other, policy=self.policy)
+
+    def __neg__(self) -> lx.AbstractLinearOperator:
+        from ._composite import NegLinearOperator
+
+        return NegLinearOperator(self, policy=self.policy)
+
+
+def _joint_policy(
+    left: lx.AbstractLinearOperator, right: lx.AbstractLinearOperator
+) -> AbstractPolicy:
+    """The policy of a binary combination: the operands' common policy if they agree
+    (or only one of them has one), otherwise the default, under which each operand
+    keeps applying its own."""
+    policies = {
+        op.policy for op in (left, right) if isinstance(op, AbstractDispatchOperator)
+    }
+    if len(policies) == 1:
+        return policies.pop()
+    return default_policy()

@@ -1,0 +1,91 @@
+"""Building the dense matrix of an operator, a chunk of columns at a time."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.flatten_util as jfu
+import jax.lax as lax
+import jax.numpy as jnp
+import lineax as lx
+from jaxtyping import Array, Inexact, PyTree
+
+from ._base import RawMv
+
+
+# Operators that already hold their entries: their own `mv` is the materialised one.
+EXPLICIT_OPERATORS = (
+    lx.MatrixLinearOperator,
+    lx.PyTreeLinearOperator,
+    lx.DiagonalLinearOperator,
+    lx.TridiagonalLinearOperator,
+    lx.IdentityLinearOperator,
+)
+
+
+def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int | None:
+    """Validates a chunk size: `None` or a positive integer; otherwise ValueError."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ValueError(
+            f"`{name}` must be None or a positive int; got {batch_size!r} of type "
+            f"{type(batch_size).__name__}"
+        )
+    if batch_size <= 0:
+        raise ValueError(f"`{name}` must be None or a positive int; got {batch_size}")
+    return batch_size
+
+
+def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
+    flat, unravel = eqx.filter_eval_shape(jfu.ravel_pytree, structure)
+    return flat, unravel
+
+
+def dense_matrix(
+    operator: lx.AbstractLinearOperator, batch_size: int | None = None
+) -> Inexact[Array, "out in"]:
+    """The matrix of `operator`, of shape `(out_size, in_size)`, in the flattened
+    (`jax.flatten_util.ravel_pytree`) order of its input and output PyTrees.
+
+    **Arguments:**
+
+    - `operator`: any linear operator.
+    - `batch_size`: `None` to apply the operator to every basis vector at once
+        (`vmap`), otherwise the number of columns computed together; the columns are
+        then built by `jax.lax.map(..., batch_size=batch_size)`, which bounds the
+        memory of the intermediates.
+
+    **Returns:**
+
+    A two-dimensional JAX array.
+    """
+    if isinstance(operator, lx.MatrixLinearOperator):
+        return operator.matrix
+    flat_in, unravel_in = _flat_spec(operator.in_structure())
+    raw = RawMv(operator)
+
+    def column(basis_vector):
+        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
+        return out
+
+    eye = jnp.eye(flat_in.size, dtype=flat_in.dtype)
+    if batch_size is None or batch_size >= flat_in.size:
+        columns = jax.vmap(column)(eye)
+    else:
+        columns = lax.map(column, eye, batch_size=batch_size)
+    return columns.T
+
+
+def dense_mv(
+    matrix: Inexact[Array, "out in"],
+    vector: PyTree[Any],
+    out_structure: PyTree[jax.ShapeDtypeStruct],
+) -> PyTree[Any]:
+    """Applies a flattened matrix to a PyTree vector, returning a PyTree shaped as
+    `out_structure`."""
+    flat_vector, _ = jfu.ravel_pytree(vector)
+    _, unravel_out = _flat_spec(out_structure)
+    with jax.numpy_dtype_promotion("standard"):
+        flat_out = jnp.matmul(matrix, flat_vector, precision=lax.Precision.HIGHEST)
+    return unravel_out(flat_out)

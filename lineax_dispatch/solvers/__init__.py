@@ -1,0 +1,1 @@
+"""Solvers (one-`mv`-site iterative solvers, `linear_solve`, `batch_solve`)."""
