@@ -1,0 +1,130 @@
+"""How many times the user's function is traced, and how many call sites of it end
+up in the compiled program, under each policy."""
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import lineax as lx
+import pytest
+
+import lineax_dispatch as lxd
+
+
+N = 6
+
+
+def _counted_operator(policy, counter):
+    matrix = jnp.arange(N * N, dtype=jnp.float32).reshape(N, N) / N**2 + jnp.eye(N, dtype=jnp.float32)
+
+    def fn(x):
+        counter.append(1)
+        return matrix @ x
+
+    # closure_convert=False: the Python function then runs at each trace of `mv`,
+    # rather than once when the operator is built.
+    op = lxd.FunctionLinearOperator(
+        fn, jax.ShapeDtypeStruct((N,), jnp.float32), closure_convert=False, policy=policy
+    )
+    op.out_structure()  # lineax caches one shape evaluation; take it out of the count
+    counter.clear()
+    return op, matrix
+
+
+def _four_sites(op):
+    def f(x):
+        return op.mv(x) + op.mv(2 * x) + op.mv(jnp.sin(x)) + op.mv(x**2)
+
+    return f
+
+
+@pytest.mark.parametrize(
+    "policy, at_compile, at_first_run",
+    [
+        # Lazy: traced and compiled at each of the 4 call sites.
+        (lxd.Lazy(), 4, 0),
+        # Outline: traced once for shapes while the outer program is traced (shared
+        # by all 4 sites), then once more to compile the single outlined callee at
+        # the first run. Abstract evaluation aside, the function is compiled once.
+        (lxd.Outline(), 1, 1),
+    ],
+)
+def test_python_function_runs_per_policy(policy, at_compile, at_first_run):
+    counter = []
+    op, matrix = _counted_operator(policy, counter)
+    f = _four_sites(op)
+    x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+    compiled = jax.jit(f).trace(x).lower().compile()
+    assert len(counter) == at_compile
+    out = compiled(x)
+    assert len(counter) == at_compile + at_first_run
+    compiled(x)
+    assert len(counter) == at_compile + at_first_run
+    expected = matrix @ (x + 2 * x + jnp.sin(x) + x**2)
+    assert jnp.allclose(out, expected, rtol=1e-5)
+
+
+def _count_equations(jaxpr, predicate):
+    count = 0
+    for eqn in jaxpr.eqns:
+        if predicate(eqn):
+            count += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += _count_equations(sub, predicate)
+    return count
+
+
+@pytest.mark.parametrize("policy, sites", [(lxd.Lazy(), 4), (lxd.Outline(), 0)])
+def test_sites_in_jaxpr(policy, sites):
+    """The design's counting method: a uniquely named `jax.jit` around the user's
+    function, counted in the traced program (recursing into sub-jaxprs)."""
+    matrix = jnp.eye(N, dtype=jnp.float32) * 2
+
+    @jax.jit
+    def unique_mv_marker(x):
+        return matrix @ x
+
+    op = lxd.FunctionLinearOperator(
+        unique_mv_marker, jax.ShapeDtypeStruct((N,), jnp.float32), policy=policy
+    )
+    x = jnp.ones(N, jnp.float32)
+    jaxpr = jax.jit(_four_sites(op)).trace(x).jaxpr.jaxpr
+    is_marker = lambda e: "unique_mv_marker" in str(e.params.get("name", ""))
+    assert _count_equations(jaxpr, is_marker) == sites
+    is_outlined = lambda e: e.primitive.name == "noinline"
+    assert _count_equations(jaxpr, is_outlined) == (4 if sites == 0 else 0)
+
+
+def test_materialise_traces_inside_matrix_build():
+    counter = []
+    op, matrix = _counted_operator(lxd.Materialise(batch_size=2), counter)
+    x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+    out = jax.jit(op.mv)(x) if False else jax.jit(lambda v: op.mv(v))(x)
+    # One trace, inside the `lax.map` body that builds the matrix.
+    assert len(counter) == 1
+    assert jnp.allclose(out, matrix @ x, rtol=1e-5)
+
+
+def test_outermost_policy_decides():
+    """Inside an outlined sum, the materialising child is applied inline (its own
+    policy is skipped), so the child's function is traced for the callee only."""
+    counter = []
+    child, matrix = _counted_operator(lxd.Materialise(), counter)
+    total = lxd.AddLinearOperator(
+        child, lxd.IdentityLinearOperator(child.in_structure()), policy=lxd.Outline()
+    )
+    x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+    out = jax.jit(_four_sites(total))(x)
+    assert len(counter) == 2  # shape evaluation + the callee's compile
+    y = x + 2 * x + jnp.sin(x) + x**2
+    assert jnp.allclose(out, matrix @ y + y, rtol=1e-5)
+
+
+def test_outline_with_lineax_solver_runs_the_function_once_per_trace_of_the_callee():
+    counter = []
+    op, matrix = _counted_operator(lxd.Outline(), counter)
+    b = jnp.ones(N, jnp.float32)
+    solver = lx.GMRES(rtol=1e-6, atol=1e-6)
+    x = jax.jit(lambda v: lx.linear_solve(op, v, solver).value)(b)
+    assert jnp.allclose(matrix @ x, b, atol=1e-4)
+    # lineax's GMRES writes `mv` at two places; both call the one outlined callee.
+    assert len(counter) <= 2

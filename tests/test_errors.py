@@ -1,0 +1,83 @@
+"""Bad input is refused at trace time with messages naming the argument."""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+import lineax_dispatch as lxd
+
+
+def test_unknown_policy():
+    with pytest.raises(TypeError, match=r"`policy`.*Lazy\(\).*Materialise\(\).*Outline\(\).*'lazy'"):
+        lxd.MatrixLinearOperator(jnp.eye(2), policy="lazy")
+
+
+def test_policy_class_instead_of_instance():
+    with pytest.raises(TypeError, match=r"`policy`.*instantiate it: Outline\(\)"):
+        lxd.DiagonalLinearOperator(jnp.ones(2), policy=lxd.Outline)
+
+
+def test_with_policy_bad_arguments():
+    with pytest.raises(TypeError, match="`policy`"):
+        lxd.with_policy(lx.MatrixLinearOperator(jnp.eye(2)), 3)
+    with pytest.raises(TypeError, match="`operator`.*ndarray|`operator`.*Array"):
+        lxd.with_policy(jnp.eye(2), lxd.Lazy())
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True])
+def test_materialise_batch_size(bad):
+    with pytest.raises(ValueError, match="`batch_size`"):
+        lxd.Materialise(batch_size=bad)
+
+
+def test_mv_shape_mismatch_shows_both_structures():
+    op = lxd.MatrixLinearOperator(jnp.eye(3, dtype=jnp.float32))
+    with pytest.raises(ValueError, match=r"`vector`.*expected float32\[3\].*got float32\[4\]"):
+        op.mv(jnp.ones(4, jnp.float32))
+    with pytest.raises(ValueError, match=r"`vector`.*expected float32\[3\].*got float64\[3\]"):
+        jax.jit(lambda v: op.mv(v))(jnp.ones(3, jnp.float64))
+
+
+def test_mv_tree_mismatch():
+    struct = {"a": jax.ShapeDtypeStruct((2,), jnp.float32)}
+    op = lxd.IdentityLinearOperator(struct)
+    with pytest.raises(ValueError, match=r"expected \{'a': 'float32\[2\]'\}"):
+        op.mv([jnp.ones(2, jnp.float32)])
+
+
+def test_mv_not_an_array():
+    op = lxd.MatrixLinearOperator(jnp.eye(2))
+    with pytest.raises(ValueError, match="`vector`"):
+        op.mv("hello")
+
+
+def _sharded(axis_type):
+    mesh = jax.make_mesh((1,), ("b",), axis_types=(axis_type,))
+    sharding = NamedSharding(mesh, PartitionSpec())
+    return jax.device_put(jnp.arange(3.0, dtype=jnp.float32), sharding)
+
+
+@pytest.mark.parametrize("policy", [lxd.Lazy(), lxd.Outline(), lxd.Materialise()])
+def test_sharding_annotation_alone_is_not_a_mismatch(policy):
+    # An explicit-axes sharding is part of the vector's type: our check ignores it.
+    x = _sharded(AxisType.Explicit)
+    assert jax.eval_shape(lambda: x).sharding is not None
+    op = lxd.MatrixLinearOperator(2 * jnp.eye(3, dtype=jnp.float32), policy=policy)
+    assert jnp.allclose(op.mv(x), 2 * x)
+    assert jnp.allclose(jax.jit(lambda v: op.mv(v))(x), 2 * x)
+    # Function operators are closure-converted by equinox, which itself compares
+    # shardings; with automatic axes they work under every policy.
+    x = _sharded(AxisType.Auto)
+    fn_op = lxd.FunctionLinearOperator(
+        lambda v: 2 * v, jax.ShapeDtypeStruct((3,), jnp.float32), policy=policy
+    )
+    assert jnp.allclose(fn_op.mv(x), 2 * x)
+    assert jnp.allclose(jax.jit(lambda v: fn_op.mv(v))(x), 2 * x)
+
+
+def test_scalar_multiplication_needs_a_scalar():
+    op = lxd.MatrixLinearOperator(jnp.eye(2))
+    with pytest.raises(ValueError, match="scalars"):
+        op * jnp.ones(2)
