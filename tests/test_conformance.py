@@ -11,7 +11,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .zoo import build, KINDS, POLICIES, tolerance, vector
+from .zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
 
 
 PREDICATES = [
@@ -27,6 +27,7 @@ PREDICATES = [
 
 kinds = pytest.mark.parametrize("kind", sorted(KINDS))
 policies = pytest.mark.parametrize("policy", sorted(POLICIES))
+solve_policies = pytest.mark.parametrize("policy", SOLVE_POLICIES)
 real_dtypes = pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 
 
@@ -124,7 +125,7 @@ def _reference_solve(kind, dtype, name):
 
 
 @kinds
-@policies
+@solve_policies
 @real_dtypes
 def test_linear_solve(kind, policy, dtype):
     ours = build(kind, dispatch=True, policy=POLICIES[policy], dtype=dtype)
@@ -156,13 +157,15 @@ def _stack(b):
 def _reference_grads(kind, name):
     b = vector(build(kind, dispatch=False).T, seed=3)
     loss = ft.partial(_solve_loss, kind, name, None)
-    grads = jax.grad(loss, argnums=(0, 1))(1.3, b, False)
-    batched = jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, False))(_stack(b))
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(1.3, b, False)
+    batched = jax.jit(jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, False)))(
+        _stack(b)
+    )
     return b, grads, batched
 
 
 @kinds
-@policies
+@solve_policies
 def test_vmap_and_grad_through_solve(kind, policy):
     """grad with respect to a parameter of the operator and to the right-hand side
     (LU and an iterative solver), and vmap of that over right-hand sides (iterative
@@ -175,14 +178,14 @@ def test_vmap_and_grad_through_solve(kind, policy):
             got = grad(1.3, b, True)
         assert _close(got, expected, jnp.float64), name
         if name != "LU":
-            batched = jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, True))(
-                _stack(b)
-            )
+            batched = jax.jit(
+                jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, True))
+            )(_stack(b))
             assert _close(batched, expected_batched, jnp.float64), name
 
 
 @pytest.mark.parametrize("kind", ["matrix-nonsymmetric", "function", "jacobian", "add"])
-@policies
+@solve_policies
 def test_complex(kind, policy):
     dtype = jnp.complex128
     ours, plain = _pair(kind, policy, dtype)

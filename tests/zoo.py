@@ -18,6 +18,10 @@ POLICIES = {
     "materialise": lxd.Materialise(),
     "materialise-chunked": lxd.Materialise(batch_size=2),
 }
+# The heavy tests (solves, gradients) run these; the all-columns-at-once
+# `Materialise()` shares the chunked variant's code path apart from the matrix
+# build, which the light tests cover.
+SOLVE_POLICIES = ["lazy", "outline", "materialise-chunked"]
 
 # kind -> the tag that makes it solvable by CG/Cholesky (None: not symmetric).
 KINDS = {
@@ -116,9 +120,9 @@ def build(kind, *, dispatch, policy=None, t=1.0, dtype=jnp.float64):
     if kind == "add":
         return L.Matrix(spd) + L.Function(lambda x: a["spd"] @ x, struct)
     if kind == "mul":
-        return L.Matrix(spd) * 2.0
+        return L.Matrix(spd) * jnp.asarray(2.0, dtype)
     if kind == "div":
-        return L.Function(lambda x: spd @ x, struct) / 2.0
+        return L.Function(lambda x: spd @ x, struct) / jnp.asarray(2.0, dtype)
     if kind == "neg":
         return -L.Matrix(spd)
     if kind == "composed":
