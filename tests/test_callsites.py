@@ -98,7 +98,7 @@ def test_materialise_traces_inside_matrix_build():
     counter = []
     op, matrix = _counted_operator(lxd.Materialise(batch_size=2), counter)
     x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
-    out = jax.jit(op.mv)(x) if False else jax.jit(lambda v: op.mv(v))(x)
+    out = jax.jit(lambda v: op.mv(v))(x)
     # One trace, inside the `lax.map` body that builds the matrix.
     assert len(counter) == 1
     assert jnp.allclose(out, matrix @ x, rtol=1e-5)

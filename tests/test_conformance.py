@@ -168,9 +168,14 @@ def _reference_grads(kind, name):
 @solve_policies
 def test_vmap_and_grad_through_solve(kind, policy):
     """grad with respect to a parameter of the operator and to the right-hand side
-    (LU and an iterative solver), and vmap of that over right-hand sides (iterative
+    (an iterative solver, and LU on some kinds), and vmap of that over right-hand sides (iterative
     solver), through `lx.linear_solve`, against plain lineax."""
-    for name in ("LU", _iterative(kind)):
+    # Direct-solver gradients on a representative subset of kinds, to bound the
+    # suite's time; the iterative solver on every kind.
+    names = [_iterative(kind)]
+    if kind in ("matrix", "function", "jacobian", "composed", "add"):
+        names.insert(0, "LU")
+    for name in names:
         b, expected, expected_batched = _reference_grads(kind, name)
         loss = ft.partial(_solve_loss, kind, name, policy)
         grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
@@ -219,3 +224,12 @@ def test_grad_of_mv_and_linear_transpose(kind, policy):
     assert _close(
         jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_plain), jnp.float64
     )
+
+
+@kinds
+@pytest.mark.parametrize("batch_size", [None, 1, 2, 64])
+def test_dense_matrix(kind, batch_size):
+    """The matrix `Materialise` builds, in chunks that do and do not divide the
+    size, equals lineax's `as_matrix`."""
+    ours, plain = _pair(kind, "lazy")
+    assert _close(lxd.dense_matrix(ours, batch_size), plain.as_matrix(), jnp.float64)
