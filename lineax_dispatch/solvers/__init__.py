@@ -1,1 +1,4 @@
-"""Solvers (one-`mv`-site iterative solvers, `linear_solve`, `batch_solve`)."""
+"""Iterative solvers whose operator `mv` appears once in the compiled program."""
+
+from ._base import AbstractOneSiteSolver as AbstractOneSiteSolver
+from ._cg import CG as CG

@@ -1,0 +1,121 @@
+"""What every iterative solver of this package shares: tolerances, the stopping
+test and the mapping from how a loop ended to lineax's `RESULTS`."""
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+from jaxtyping import Array, Bool, PyTree, Scalar
+
+from ._flat import Flattener
+
+
+_State = TypeVar("_State")
+
+
+class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
+    """Abstract base class for the iterative solvers of lineax-dispatch.
+
+    Each concrete solver writes `operator.mv` at exactly one place in its traced
+    program (and the preconditioner's `mv` at most at one): the loop body has a
+    single application slot whose input is chosen by data on the loop's phase, so
+    the initial residual and any residual refresh go through the same slot as the
+    iteration itself. An expensive `mv` is therefore traced and compiled once.
+
+    Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
+    do (same names, order and defaults).
+    """
+
+    rtol: eqx.AbstractVar[float]
+    atol: eqx.AbstractVar[float]
+    norm: eqx.AbstractVar[Callable[[PyTree], Scalar]]
+    max_steps: eqx.AbstractVar[int | None]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        for field in ("rtol", "atol"):
+            value = getattr(self, field)
+            if isinstance(value, (int, float)) and value < 0:
+                raise ValueError(
+                    f"`{name}(..., {field}=...)` must be non-negative, got {value}."
+                )
+        if self.max_steps is not None and (
+            not isinstance(self.max_steps, int) or self.max_steps < 0
+        ):
+            raise ValueError(
+                f"`{name}(..., max_steps=...)` must be a non-negative int or None, "
+                f"got {self.max_steps!r}."
+            )
+        if (
+            isinstance(self.atol, (int, float))
+            and isinstance(self.rtol, (int, float))
+            and self.atol == 0
+            and self.rtol == 0
+            and self.max_steps is None
+        ):
+            raise ValueError(
+                f"`{name}` needs `rtol`, `atol` or `max_steps` (or a combination): "
+                "got rtol=0, atol=0 and max_steps=None, which would never stop."
+            )
+
+    @property
+    def has_scale(self) -> bool:
+        return not (
+            isinstance(self.atol, (int, float))
+            and isinstance(self.rtol, (int, float))
+            and self.atol == 0
+            and self.rtol == 0
+        )
+
+    def resolve_max_steps(self, size: int) -> int:
+        """lineax's default: ten times the number of unknowns."""
+        return 10 * size if self.max_steps is None else self.max_steps
+
+    def not_converged(
+        self,
+        flat: Flattener,
+        r: Array,
+        b_scale: Array,
+        diff: Array,
+        y: Array,
+    ) -> Bool[Array, ""]:
+        """lineax's test: the residual `r` must be within `atol + rtol * |b|` and the
+        last update `diff` within `atol + rtol * |y|`, both measured by `norm`."""
+        if not self.has_scale:
+            return jnp.array(True)
+        with jax.numpy_dtype_promotion("standard"):
+            y_scale = self.atol + self.rtol * jnp.abs(y)
+            norm1 = self.norm(flat.unravel(r / b_scale))
+            norm2 = self.norm(flat.unravel(diff / y_scale))
+        return (norm1 > 1) | (norm2 > 1)
+
+    def b_scale(self, b: Array) -> Array:
+        with jax.numpy_dtype_promotion("standard"):
+            return self.atol + self.rtol * jnp.abs(b)
+
+    def steps_result(
+        self, num_steps: Array, max_steps: int, not_converged: Array
+    ) -> lx.RESULTS:
+        """The result of a loop that stopped at `num_steps`: lineax's convention is
+        `singular` when `max_steps=None` (the default bound of 10x the size was hit)
+        and `max_steps_reached` when the user set `max_steps`."""
+        hit = (num_steps >= max_steps) & not_converged
+        if self.max_steps is None:
+            return lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
+        if self.has_scale:
+            return lx.RESULTS.where(
+                hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
+            )
+        return lx.RESULTS.successful
+
+
+def finish_result(
+    result: lx.RESULTS, finite_input: Array, breakdown: Array | None = None
+) -> lx.RESULTS:
+    """Applies, in increasing order of precedence, breakdown and non-finite input."""
+    if breakdown is not None:
+        result = lx.RESULTS.where(breakdown, lx.RESULTS.breakdown, result)
+    return lx.RESULTS.where(finite_input, result, lx.RESULTS.nonfinite_input)

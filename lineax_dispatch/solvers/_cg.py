@@ -1,0 +1,242 @@
+"""Conjugate gradients with one `mv` call site."""
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import equinox.internal as eqxi
+import jax.lax as lax
+import jax.numpy as jnp
+import lineax as lx
+from lineax.internal import max_norm
+from jaxtyping import Array, PyTree, Scalar
+
+from ._base import AbstractOneSiteSolver, finish_result
+from ._flat import all_finite, dot, keep_conj, keep_linearise, preconditioner_and_y0
+from ._system import flat_preconditioner, plain_system, System
+
+
+_CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
+
+
+def _check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
+    if operator.in_structure() != operator.out_structure():
+        raise ValueError(
+            f"`{name}` needs a square operator (equal input and output structures); "
+            f"got in_structure={operator.in_structure()} and "
+            f"out_structure={operator.out_structure()}."
+        )
+
+
+class CG(AbstractOneSiteSolver[_CGState]):
+    """Conjugate gradient solver for positive or negative (semi)definite operators,
+    with the operator's `mv` written once in the compiled program.
+
+    A drop-in for [`lineax.CG`][]: the same fields, defaults and `options`, the same
+    iterates, and `stats["num_steps"]` counting the same steps. lineax's CG writes
+    `mv` three times (initial residual, loop body, the periodic residual refresh);
+    this one has a single application slot in its loop, fed with the search
+    direction on an ordinary step and with the current iterate on a residual step
+    (the first step and every `stabilise_every`-th). Each refresh therefore costs
+    one extra pass through the loop rather than a second copy of `mv`.
+
+    `options` (as passed to `lx.linear_solve(..., options=...)`):
+
+    - `preconditioner`: a positive definite linear operator, applied on the left
+        (the termination test uses the unpreconditioned residual).
+        Defaults to the identity.
+    - `y0`: the initial estimate of the solution. Defaults to zeros.
+
+    Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax),
+    `breakdown` when a direction of negative curvature shows the operator is not
+    definite, `singular` when the curvature vanishes, `nonfinite_input`.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(spd, lx.positive_semidefinite_tag)
+        sol = lx.linear_solve(op, b, lxd.CG(rtol=1e-6, atol=1e-6))
+        ```
+    """
+
+    rtol: float
+    atol: float
+    norm: Callable[[PyTree], Scalar] = max_norm
+    stabilise_every: int | None = 10
+    max_steps: int | None = None
+
+    def __check_init__(self):
+        if self.stabilise_every is not None and (
+            not isinstance(self.stabilise_every, int) or self.stabilise_every < 1
+        ):
+            raise ValueError(
+                "`CG(..., stabilise_every=...)` must be a positive int or None, got "
+                f"{self.stabilise_every!r}."
+            )
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        del options
+        _check_square(operator, "CG")
+        is_nsd = lx.is_negative_semidefinite(operator)
+        if not (lx.is_positive_semidefinite(operator) | is_nsd):
+            raise ValueError(
+                "`CG` needs an operator tagged positive or negative semidefinite "
+                "(e.g. `lx.positive_semidefinite_tag`); got one with neither tag. "
+                "Use `MINRES` for symmetric indefinite operators."
+            )
+        if is_nsd:
+            operator = -operator
+        return keep_linearise(operator), eqxi.Static(is_nsd)
+
+    def compute(
+        self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        operator, is_nsd = state
+        preconditioner, y0 = preconditioner_and_y0(
+            operator, vector, options, solver_name="CG"
+        )
+        if preconditioner is not None and not lx.is_positive_semidefinite(
+            preconditioner
+        ):
+            raise ValueError(
+                "`options['preconditioner']` of `CG` must be tagged positive "
+                "semidefinite (`lx.positive_semidefinite_tag`)."
+            )
+        system, y0_flat = plain_system(operator, vector, y0)
+        precond = flat_preconditioner(preconditioner, system.flat)
+        y, result, stats = self.solve_system(system, precond, y0_flat)
+        if is_nsd.value:
+            y = -y
+        return system.flat.unravel(y), result, stats
+
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs CG on `system` from `y0` (flat). Returns the flat solution (with the
+        system's offset added), the result and the stats."""
+        flat = system.flat
+        size = flat.size
+        max_steps = self.resolve_max_steps(size)
+        rcond = 2 * jnp.finfo(flat.dtype).eps * max(size, 1)
+        known_rhs = system.rhs is not None
+        zero = jnp.zeros((), flat.dtype)
+        b_scale0 = (
+            self.b_scale(system.rhs)
+            if known_rhs
+            else jnp.zeros(y0.shape, jnp.finfo(flat.dtype).dtype)
+        )
+        init = dict(
+            y=y0,
+            r=jnp.zeros_like(y0),
+            p=jnp.zeros_like(y0),
+            diff=jnp.full_like(y0, jnp.inf),
+            gamma=zero,
+            step=jnp.array(0),
+            pending=jnp.array(True),
+            started=jnp.array(False),
+            breakdown=jnp.array(False),
+            singular=jnp.array(False),
+            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
+            b_scale=b_scale0,
+        )
+
+        def not_converged(s):
+            return self.not_converged(
+                flat, s["r"], s["b_scale"], s["diff"], system.total(s["y"])
+            )
+
+        def cond_fun(s):
+            going = s["finite"] & ~s["breakdown"] & ~s["singular"]
+            iterate = (
+                (jnp.real(s["gamma"]) > 0)
+                & (s["step"] < max_steps)
+                & not_converged(s)
+            )
+            return going & (s["pending"] | iterate)
+
+        def body_fun(s):
+            pending, p, gamma = s["pending"], s["p"], s["gamma"]
+            # The one application slot: the iterate on a residual step, else the
+            # search direction.
+            out = system.apply(jnp.where(pending, s["y"], p), pending)
+            curvature = dot(p, out)
+            threshold = 100 * rcond * jnp.abs(gamma)
+            ok = jnp.real(curvature) > threshold
+            step_taken = ~pending & ok
+            bad = ~pending & ~ok
+            breakdown = bad & (jnp.real(curvature) < -threshold)
+            singular = bad & ~breakdown
+            alpha = gamma / jnp.where(ok, curvature, 1)
+            diff = jnp.where(step_taken, alpha * p, s["diff"])
+            y = jnp.where(step_taken, s["y"] + diff, s["y"])
+            r = jnp.where(
+                pending, out, jnp.where(step_taken, s["r"] - alpha * out, s["r"])
+            )
+            step = s["step"] + step_taken.astype(s["step"].dtype)
+            if self.stabilise_every is None:
+                refresh = jnp.array(False)
+            else:
+                refresh = step_taken & (step % self.stabilise_every == 0)
+            # Unknown right-hand side: the first residual, at y = 0, is it.
+            first = ~s["started"]
+            if known_rhs:
+                b_scale, finite = s["b_scale"], s["finite"]
+            else:
+                b_scale = jnp.where(first, self.b_scale(out), s["b_scale"])
+                finite = jnp.where(first, all_finite(out), s["finite"])
+            z = precond(r)
+            gamma_new = dot(z, r)
+            beta = gamma_new / jnp.where(s["started"], gamma, 1)
+            beta = jnp.where(s["started"], beta, 0)
+            advance = ~refresh & ~bad
+            return dict(
+                y=y,
+                r=r,
+                p=jnp.where(advance, z + beta * p, p),
+                diff=diff,
+                gamma=jnp.where(advance, gamma_new, gamma),
+                step=step,
+                pending=refresh,
+                started=jnp.array(True),
+                breakdown=s["breakdown"] | breakdown,
+                singular=s["singular"] | singular,
+                finite=finite,
+                b_scale=b_scale,
+            )
+
+        s = lax.while_loop(cond_fun, body_fun, init)
+        result = self.steps_result(s["step"], max_steps, not_converged(s))
+        result = lx.RESULTS.where(s["singular"], lx.RESULTS.singular, result)
+        result = finish_result(result, s["finite"], s["breakdown"])
+        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
+        return system.total(s["y"]), result, stats
+
+    def transpose(self, state: _CGState, options: dict[str, Any]):
+        transpose_options = {}
+        if options.get("preconditioner") is not None:
+            transpose_options["preconditioner"] = options["preconditioner"].transpose()
+        operator, is_nsd = state
+        return (operator.transpose(), is_nsd), transpose_options
+
+    def conj(self, state: _CGState, options: dict[str, Any]):
+        conj_options = {}
+        if options.get("preconditioner") is not None:
+            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
+        operator, is_nsd = state
+        return (keep_conj(operator), is_nsd), conj_options
+
+    def assume_full_rank(self):
+        return True
+
+
+CG.__init__.__doc__ = r"""**Arguments:**
+
+- `rtol`: relative tolerance for terminating the solve.
+- `atol`: absolute tolerance for terminating the solve.
+- `norm`: the norm in which the scaled residual and update are measured. Defaults to
+    the max norm.
+- `stabilise_every`: every this many steps the residual is recomputed as `b - A y`
+    (through the same `mv` slot) rather than updated, to correct rounding drift.
+    `None` never recomputes it. Defaults to 10.
+- `max_steps`: the maximum number of steps. Defaults to ten times the number of
+    unknowns, as lineax (then hitting it reports `singular`).
+"""

@@ -1,0 +1,161 @@
+"""Flat views of operators and vectors, so each solver is written on 1-D arrays.
+
+Every solver of this package works on the ravelled vector (one 1-D array in the
+promoted dtype of the leaves). The operator is wrapped as a function of flat
+vectors that calls `operator.mv` exactly once per call: wherever a solver calls
+it once in its loop body, the user's `mv` appears once in the traced program.
+"""
+
+import math
+import warnings
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+import numpy as np
+from jaxtyping import Array, PyTree, Shaped
+
+from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
+
+
+class Flattener(eqx.Module):
+    """Ravels a PyTree of a fixed structure to a 1-D array and back."""
+
+    structure: PyTree[jax.ShapeDtypeStruct] = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+
+    def __init__(self, structure: PyTree[jax.ShapeDtypeStruct], dtype: Any):
+        leaves, treedef = jtu.tree_flatten(structure)
+        self.structure = (tuple(leaves), treedef)
+        self.dtype = jnp.dtype(dtype)
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(leaf.shape) for leaf in self.structure[0])
+
+    def ravel(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
+        leaves = jtu.tree_leaves(tree)
+        if not leaves:
+            return jnp.zeros((0,), self.dtype)
+        return jnp.concatenate([jnp.ravel(x).astype(self.dtype) for x in leaves])
+
+    def unravel(self, flat: Shaped[Array, " size"]) -> PyTree[Array]:
+        leaves, treedef = self.structure
+        sizes = np.cumsum([math.prod(x.shape) for x in leaves[:-1]]).tolist()
+        pieces = jnp.split(flat, sizes) if leaves else []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # complex -> real casts of a real leaf
+            out = [
+                p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)
+            ]
+        return jtu.tree_unflatten(treedef, out)
+
+
+def result_dtype(*trees: PyTree[Any]) -> Any:
+    """The dtype in which a solver works: the promotion of every leaf's dtype."""
+    leaves = [x for t in trees for x in jtu.tree_leaves(t)]
+    dtype = jnp.result_type(*[x.dtype for x in leaves]) if leaves else jnp.float32
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(dtype, jnp.float32)
+    return dtype
+
+
+def keep_linearise(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+    """`linearise`, keeping an operator of ours ours and a lineax one lineax's."""
+    if isinstance(operator, AbstractDispatchOperator):
+        return linearise(operator)
+    return lx.linearise(operator)
+
+
+def keep_conj(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+    """`conj`, keeping an operator of ours ours and a lineax one lineax's."""
+    if isinstance(operator, AbstractDispatchOperator):
+        return lxd_conj(operator)
+    return lx.conj(operator)
+
+
+def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flattener):
+    """`x -> ravel(operator.mv(unravel(x)))`: one `mv` per call."""
+
+    def mv(x: Shaped[Array, " n"]) -> Shaped[Array, " m"]:
+        return dest.ravel(operator.mv(source.unravel(x)))
+
+    return mv
+
+
+def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    """`<a, b>` with `a` conjugated, as lineax's `tree_dot`."""
+    return jnp.vdot(a, b)
+
+
+def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
+
+
+def all_finite(tree: PyTree[Array]) -> Array:
+    leaves = jtu.tree_leaves(tree)
+    out = jnp.array(True)
+    for leaf in leaves:
+        out = out & jnp.all(jnp.isfinite(leaf))
+    return out
+
+
+def preconditioner_and_y0(
+    operator: lx.AbstractLinearOperator,
+    vector: PyTree[Array],
+    options: dict[str, Any],
+    *,
+    allow_preconditioner: bool = True,
+    solver_name: str,
+) -> tuple[lx.AbstractLinearOperator | None, PyTree[Array] | None]:
+    """Reads `options["preconditioner"]` and `options["y0"]`, checking them.
+
+    **Returns:**
+
+    `(preconditioner, y0)`, each `None` where not given.
+    """
+    preconditioner = options.get("preconditioner")
+    if preconditioner is not None:
+        if not allow_preconditioner:
+            raise ValueError(
+                f"`{solver_name}` does not accept `options['preconditioner']`."
+            )
+        if not isinstance(preconditioner, lx.AbstractLinearOperator):
+            raise ValueError(
+                f"`options['preconditioner']` of `{solver_name}` must be a lineax "
+                f"linear operator, got {type(preconditioner).__name__}."
+            )
+        structure = operator.in_structure()
+        for which in ("in_structure", "out_structure"):
+            got = getattr(preconditioner, which)()
+            if not _same_structure(got, structure):
+                raise ValueError(
+                    f"`options['preconditioner']` of `{solver_name}`: its `{which}()` "
+                    f"must equal the operator's `in_structure()`: expected "
+                    f"{structure}, got {got}."
+                )
+        preconditioner = keep_linearise(preconditioner)
+    y0 = options.get("y0")
+    if y0 is not None:
+        expected = operator.in_structure()
+        got = jax.eval_shape(lambda: y0)
+        if not _same_structure(got, expected):
+            raise ValueError(
+                f"`options['y0']` of `{solver_name}` must match the operator's "
+                f"`in_structure()`: expected {expected}, got {got}."
+            )
+    return preconditioner, y0
+
+
+def _same_structure(a: PyTree[Any], b: PyTree[Any]) -> bool:
+    la, ta = jtu.tree_flatten(a)
+    lb, tb = jtu.tree_flatten(b)
+    if ta != tb:
+        return False
+    return all(
+        tuple(x.shape) == tuple(y.shape) and jnp.dtype(x.dtype) == jnp.dtype(y.dtype)
+        for x, y in zip(la, lb)
+    )

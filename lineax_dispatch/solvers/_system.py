@@ -1,0 +1,67 @@
+"""A linear system in residual form, applied through one call site.
+
+A solver asks the system for `N x` or for the residual `c - N x` through the same
+function, `system.apply(x, residual)`, which calls the operator's `mv` once. The
+square solvers of this package are written against this, so that the initial
+residual, residual refreshes and the Krylov iteration share one `mv` site, and so
+that `Normal` can hand them `N = A^H A` with `c = A^H b` without a second site for
+`A^H b`.
+"""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax.numpy as jnp
+import lineax as lx
+from jaxtyping import Array, Bool, PyTree
+
+from ._flat import Flattener, flat_mv, result_dtype
+
+
+class System(eqx.Module):
+    """`N y = c` as seen by a solver.
+
+    **Fields:**
+
+    - `apply`: `(x, residual) -> c - N x` where `residual` is true, else `N x`.
+    - `rhs`: `c` as a flat array, or `None` when it is only known through `apply`;
+        then the solver must start at `y = 0`, where the first residual is `c`.
+    - `offset`: the solution of the user's problem is `offset + y` (used by the
+        stopping test's `|y|` scale); `None` for no offset.
+    - `flat`: ravels and unravels vectors of the system's structure.
+    """
+
+    apply: Callable[[Array, Bool[Array, ""]], Array]
+    rhs: Array | None
+    offset: Array | None
+    flat: Flattener
+
+    def total(self, y: Array) -> Array:
+        return y if self.offset is None else self.offset + y
+
+
+def plain_system(
+    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
+) -> tuple[System, Array]:
+    """The system `A y = b` of a square operator, and the flat starting point."""
+    dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
+    flat = Flattener(operator.in_structure(), dtype)
+    out_flat = Flattener(operator.out_structure(), dtype)
+    mv = flat_mv(operator, flat, out_flat)
+    b = out_flat.ravel(vector)
+
+    def apply(x: Array, residual: Bool[Array, ""]) -> Array:
+        w = mv(x)
+        return jnp.where(residual, b - w, w)
+
+    y0_flat = jnp.zeros_like(b) if y0 is None else flat.ravel(y0)
+    return System(apply=apply, rhs=b, offset=None, flat=flat), y0_flat
+
+
+def flat_preconditioner(
+    preconditioner: lx.AbstractLinearOperator | None, flat: Flattener
+) -> Callable[[Array], Array]:
+    """The preconditioner as a function of flat vectors (identity when `None`)."""
+    if preconditioner is None:
+        return lambda x: x
+    return flat_mv(preconditioner, flat, flat)
