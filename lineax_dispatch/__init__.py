@@ -36,6 +36,14 @@ from .policies import (
     Materialise as Materialise,
     Outline as Outline,
 )
+from .solvers import (
+    AbstractOneSiteSolver as AbstractOneSiteSolver,
+    BiCGStab as BiCGStab,
+    CG as CG,
+    GMRES as GMRES,
+    linear_solve as linear_solve,
+    Normal as Normal,
+)
 
 
 try:

@@ -1,0 +1,243 @@
+"""Restarted GMRES with one `mv` call site."""
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import lineax as lx
+from jaxtyping import Array, PyTree, Scalar
+from lineax.internal import max_norm
+
+from ._base import AbstractOneSiteSolver, finish_result
+from ._cg import _check_square
+from ._flat import (
+    all_finite,
+    keep_conj,
+    keep_linearise,
+    preconditioner_and_y0,
+    two_norm,
+)
+from ._system import flat_preconditioner, plain_system, System
+
+
+_GMRESState: TypeAlias = lx.AbstractLinearOperator
+
+
+class GMRES(AbstractOneSiteSolver[_GMRESState]):
+    """Restarted GMRES for square operators, with the operator's `mv` (and the
+    preconditioner's) written once in the compiled program.
+
+    A drop-in for [`lineax.GMRES`][]: the same fields, defaults, `options`, stopping
+    rules (including stagnation and deferred breakdown) and `stats["num_steps"]`
+    (the number of restart cycles, counting the first residual evaluation as lineax
+    does). lineax's GMRES writes `mv` twice (the Arnoldi step and the residual after
+    each restart); here each pass through one loop either extends the Krylov basis
+    by one vector or, after a restart, evaluates the residual, through the same
+    slot.
+
+    `options`:
+
+    - `preconditioner`: a linear operator, applied on the left (the minimised
+        residual is the preconditioned one). Defaults to the identity.
+    - `y0`: the initial estimate of the solution. Defaults to zeros.
+
+    Results: `max_steps_reached` (or `singular` when `max_steps=None`),
+    `stagnation`, `breakdown`, `nonfinite_input`.
+    """
+
+    rtol: float
+    atol: float
+    norm: Callable[[PyTree], Scalar] = max_norm
+    max_steps: int | None = None
+    restart: int = 20
+    stagnation_iters: int = 20
+
+    def __check_init__(self):
+        for field in ("restart", "stagnation_iters"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"`GMRES(..., {field}=...)` must be a positive int, got {value!r}."
+                )
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        del options
+        _check_square(operator, "GMRES")
+        return keep_linearise(operator)
+
+    def compute(
+        self, state: _GMRESState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        preconditioner, y0 = preconditioner_and_y0(
+            state, vector, options, solver_name="GMRES"
+        )
+        system, y0_flat = plain_system(state, vector, y0)
+        precond = flat_preconditioner(preconditioner, system.flat)
+        y, result, stats = self.solve_system(system, precond, y0_flat)
+        return system.flat.unravel(y), result, stats
+
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs restarted GMRES on `system` from `y0` (flat)."""
+        flat = system.flat
+        size = flat.size
+        max_steps = self.resolve_max_steps(size)
+        restart = min(self.restart, size)
+        known_rhs = system.rhs is not None
+        dtype = flat.dtype
+        real = jnp.finfo(dtype).dtype
+        eps = jnp.finfo(dtype).eps
+        init = dict(
+            y=y0,
+            r=jnp.zeros_like(y0),
+            diff=jnp.full_like(y0, jnp.inf),
+            basis=jnp.zeros((restart + 1,) + y0.shape, dtype),
+            hess=jnp.eye(restart, restart + 1, dtype=dtype),
+            r_norm=jnp.zeros((), real),
+            j=jnp.array(0),
+            pending=jnp.array(True),
+            initial_breakdown=jnp.array(False),
+            breakdown=jnp.array(False),
+            deferred_breakdown=jnp.array(False),
+            cycle_breakdown=jnp.array(False),
+            r_min=jnp.array(jnp.inf, real),
+            stagnation=jnp.array(0),
+            step=jnp.array(0),
+            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
+            b_scale=(
+                self.b_scale(system.rhs) if known_rhs else jnp.zeros(y0.shape, real)
+            ),
+        )
+
+        def not_converged(s):
+            return self.not_converged(
+                flat, s["r"], s["b_scale"], s["diff"], system.total(s["y"])
+            )
+
+        def cond_fun(s):
+            # Between restarts (after a residual pass) apply lineax's test.
+            at_restart = ~s["pending"] & (s["j"] == 0)
+            iterate = (
+                ~s["deferred_breakdown"]
+                & (s["stagnation"] < self.stagnation_iters)
+                & not_converged(s)
+                & (s["step"] < max_steps)
+            )
+            return s["finite"] & (~at_restart | iterate)
+
+        def residual_pass(s, w):
+            # `w = M (b - A y)`: the new residual; start a cycle from it.
+            r_norm = self.norm(flat.unravel(w))
+            decreased = r_norm < s["r_min"]
+            size2 = two_norm(w)
+            initial_breakdown = size2 < eps
+            safe = jnp.where(initial_breakdown, jnp.inf, size2)
+            new = dict(s)
+            new.update(
+                r=w,
+                basis=jnp.zeros_like(s["basis"]).at[0].set(w / safe),
+                hess=jnp.eye(restart, restart + 1, dtype=dtype),
+                r_norm=size2,
+                j=jnp.array(0),
+                pending=jnp.array(False),
+                initial_breakdown=initial_breakdown,
+                cycle_breakdown=initial_breakdown,
+                deferred_breakdown=s["breakdown"],
+                breakdown=s["cycle_breakdown"],
+                r_min=jnp.minimum(r_norm, s["r_min"]),
+                stagnation=jnp.where(decreased, 0, s["stagnation"] + 1),
+                step=s["step"] + 1,
+            )
+            if not known_rhs:
+                first = s["step"] == 0
+                new["b_scale"] = jnp.where(first, self.b_scale(w), s["b_scale"])
+                new["finite"] = jnp.where(first, all_finite(w), s["finite"])
+            return new
+
+        def arnoldi_pass(s, w):
+            j, basis = s["j"], s["basis"]
+            step_norm = two_norm(w)
+            proj = basis.conj() @ w
+            w = w - basis.T @ proj
+            w_norm = two_norm(w)
+            breakdown = (w_norm < step_norm * eps) | s["initial_breakdown"]
+            w = w / jnp.where(breakdown, jnp.inf, w_norm)
+            proj = proj.at[j + 1].set(w_norm.astype(dtype))
+            hess = jnp.where(
+                s["initial_breakdown"], s["hess"], s["hess"].at[j].set(proj)
+            )
+            basis = jnp.where(s["initial_breakdown"], basis, basis.at[j + 1].set(w))
+            j = j + 1
+            done = (j >= restart) | breakdown
+
+            def finish(hess, basis):
+                # Least squares with the Hessenberg matrix, as lineax (by QR).
+                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s["r_norm"])
+                q, upper = jnp.linalg.qr(hess.T)
+                z = jsl.solve_triangular(upper, q.conj().T @ rhs)
+                return basis[:-1].T @ z
+
+            diff = lax.cond(
+                done, finish, lambda h, b: jnp.zeros_like(s["y"]), hess, basis
+            )
+            new = dict(s)
+            new.update(
+                y=jnp.where(done, s["y"] + diff, s["y"]),
+                diff=jnp.where(done, diff, s["diff"]),
+                basis=basis,
+                hess=hess,
+                j=j,
+                pending=done,
+                cycle_breakdown=breakdown,
+            )
+            return new
+
+        def body_fun(s):
+            pending = s["pending"]
+            # The one operator slot and the one preconditioner slot.
+            x = jnp.where(pending, s["y"], s["basis"][s["j"]])
+            w = precond(system.apply(x, pending))
+            a, b = residual_pass(s, w), arnoldi_pass(s, w)
+            return {k: jnp.where(pending, a[k], b[k]) for k in s}
+
+        s = lax.while_loop(cond_fun, body_fun, init)
+        nc = not_converged(s)
+        result = self.steps_result(s["step"], max_steps, nc)
+        result = lx.RESULTS.where(
+            s["stagnation"] >= self.stagnation_iters, lx.RESULTS.stagnation, result
+        )
+        result = finish_result(result, s["finite"], s["deferred_breakdown"] & nc)
+        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
+        return system.total(s["y"]), result, stats
+
+    def transpose(self, state: _GMRESState, options: dict[str, Any]):
+        transpose_options = {}
+        if options.get("preconditioner") is not None:
+            transpose_options["preconditioner"] = options["preconditioner"].transpose()
+        return state.transpose(), transpose_options
+
+    def conj(self, state: _GMRESState, options: dict[str, Any]):
+        conj_options = {}
+        if options.get("preconditioner") is not None:
+            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
+        return keep_conj(state), conj_options
+
+    def assume_full_rank(self):
+        return True
+
+
+GMRES.__init__.__doc__ = r"""**Arguments:**
+
+- `rtol`: relative tolerance for terminating the solve.
+- `atol`: absolute tolerance for terminating the solve.
+- `norm`: the norm in which the scaled residual and update are measured. Defaults to
+    the max norm.
+- `max_steps`: the maximum number of restart cycles. Defaults to ten times the
+    number of unknowns, as lineax.
+- `restart`: the size of the Krylov basis built between restarts. Defaults to 20.
+- `stagnation_iters`: stop with `stagnation` after this many restarts without a
+    decrease of the residual. Defaults to 20.
+"""

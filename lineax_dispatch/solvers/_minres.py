@@ -1,0 +1,247 @@
+"""MINRES with one `mv` call site."""
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import lineax as lx
+from lineax.internal import max_norm
+from jaxtyping import Array, PyTree, Scalar
+
+from ._base import AbstractOneSiteSolver, finish_result
+from ._cg import _check_square
+from ._flat import (
+    all_finite,
+    dot,
+    keep_conj,
+    keep_linearise,
+    preconditioner_and_y0,
+    two_norm,
+)
+from ._system import flat_preconditioner, plain_system, System
+
+
+_MINRESState: TypeAlias = lx.AbstractLinearOperator
+
+
+class MINRES(AbstractOneSiteSolver[_MINRESState]):
+    """Minimum residual solver for symmetric (or Hermitian), possibly indefinite,
+    operators, with the operator's `mv` written once in the compiled program.
+
+    The preconditioned MINRES of Paige and Saunders, with the same iterates as
+    `scipy.sparse.linalg.minres`. Lineax has no MINRES. The loop body has a single
+    application slot: the first pass feeds it the initial estimate and asks for the
+    residual `b - A y0`, every later pass feeds it the current Lanczos vector. The
+    preconditioner is likewise applied once per pass.
+
+    MINRES does not form its residual vector, so the stopping test is on its running
+    estimate `phibar` of the residual's 2-norm: the solve stops once
+    `phibar <= atol + rtol * ||b||_2`. (This differs from lineax's elementwise test
+    on the residual and the last update, and `norm` is not used.) With a
+    preconditioner `M`, `phibar` measures the residual in the norm
+    `sqrt(r^H M r)`. The solve also stops when the Lanczos process ends (the
+    Krylov subspace is invariant, so the solution is exact) or after `max_steps`
+    steps.
+
+    `options` (as passed to `lx.linear_solve(..., options=...)`):
+
+    - `preconditioner`: a positive definite linear operator approximating the
+        inverse of the operator. Defaults to the identity.
+    - `y0`: the initial estimate of the solution. Defaults to zeros.
+
+    Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax),
+    `singular` when the Lanczos process ends on a singular projected matrix,
+    `breakdown` when the preconditioner is found indefinite, `nonfinite_input`.
+    For a singular operator and an inconsistent right-hand side the iterates tend to
+    a least-squares solution and the solve reports `singular`/`max_steps_reached`.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(indefinite, lx.symmetric_tag)
+        sol = lx.linear_solve(op, b, lxd.MINRES(rtol=1e-6, atol=1e-6))
+        ```
+    """
+
+    rtol: float
+    atol: float
+    norm: Callable[[PyTree], Scalar] = max_norm
+    max_steps: int | None = None
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        del options
+        _check_square(operator, "MINRES")
+        if not (
+            lx.is_symmetric(operator)
+            | lx.is_positive_semidefinite(operator)
+            | lx.is_negative_semidefinite(operator)
+        ):
+            raise ValueError(
+                "`MINRES` needs a symmetric (Hermitian) operator, tagged with "
+                "`lx.symmetric_tag`, `lx.positive_semidefinite_tag` or "
+                "`lx.negative_semidefinite_tag`; got one with none of these tags."
+            )
+        return keep_linearise(operator)
+
+    def compute(
+        self, state: _MINRESState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        operator = state
+        preconditioner, y0 = preconditioner_and_y0(
+            operator, vector, options, solver_name="MINRES"
+        )
+        if preconditioner is not None and not lx.is_positive_semidefinite(
+            preconditioner
+        ):
+            raise ValueError(
+                "`options['preconditioner']` of `MINRES` must be tagged positive "
+                "semidefinite (`lx.positive_semidefinite_tag`)."
+            )
+        system, y0_flat = plain_system(operator, vector, y0)
+        precond = flat_preconditioner(preconditioner, system.flat)
+        y, result, stats = self.solve_system(system, precond, y0_flat)
+        return system.flat.unravel(y), result, stats
+
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs MINRES on `system` from `y0` (flat). Returns the flat solution (with
+        the system's offset added), the result and the stats."""
+        flat = system.flat
+        size = flat.size
+        max_steps = self.resolve_max_steps(size)
+        real = jnp.finfo(flat.dtype).dtype
+        eps = jnp.finfo(real).eps
+        rcond = 2 * eps * max(size, 1)
+        known_rhs = system.rhs is not None
+
+        def tolerance(b):
+            with jax.numpy_dtype_promotion("standard"):
+                return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
+
+        zero = jnp.zeros((), real)
+        init = dict(
+            y=y0,
+            v=jnp.zeros_like(y0),
+            r1=jnp.zeros_like(y0),
+            r2=jnp.zeros_like(y0),
+            w=jnp.zeros_like(y0),
+            w2=jnp.zeros_like(y0),
+            beta=zero,
+            oldb=zero,
+            dbar=zero,
+            epsln=zero,
+            phibar=zero,
+            cs=jnp.array(-1, real),
+            sn=zero,
+            step=jnp.array(0),
+            started=jnp.array(False),
+            breakdown=jnp.array(False),
+            singular=jnp.array(False),
+            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
+            tol=tolerance(system.rhs) if known_rhs else zero,
+        )
+
+        def not_converged(s):
+            return s["phibar"] > s["tol"]
+
+        def cond_fun(s):
+            going = s["finite"] & ~s["breakdown"] & ~s["singular"]
+            iterate = (s["beta"] > 0) & (s["step"] < max_steps) & not_converged(s)
+            return going & (~s["started"] | iterate)
+
+        def body_fun(s):
+            first = ~s["started"]
+            v, beta, oldb, phibar = s["v"], s["beta"], s["oldb"], s["phibar"]
+            # The one application slot: the residual at y0 on the first pass, else
+            # the operator applied to the Lanczos vector.
+            out = system.apply(jnp.where(first, y0, v), first)
+            # Lanczos: u = A v - (beta / oldb) r1 - (alpha / beta) r2.
+            u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s["r1"]
+            alpha = jnp.real(dot(v, u))
+            u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s["r2"]
+            u = jnp.where(first, out, u)
+            z = precond(u)
+            beta_sq = jnp.real(dot(u, z))
+            breakdown = beta_sq < 0
+            beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
+            # QR of the Lanczos tridiagonal by Givens rotations.
+            delta = s["cs"] * s["dbar"] + s["sn"] * alpha
+            gbar = s["sn"] * s["dbar"] - s["cs"] * alpha
+            gamma_raw = jnp.hypot(gbar, beta_new)
+            gamma = jnp.maximum(gamma_raw, eps)
+            cs, sn = gbar / gamma, beta_new / gamma
+            phi = cs * phibar
+            w = (v - s["epsln"] * s["w2"] - delta * s["w"]) / gamma
+            step = ~first
+            # The process ends on a singular projected matrix: `phibar` would then
+            # read 0 without the residual being 0.
+            scale = jnp.abs(alpha) + beta
+            singular = step & (beta_new == 0) & (gamma_raw <= rcond * scale)
+            # Unknown right-hand side: the first residual, at y = 0, is it.
+            if known_rhs:
+                tol, finite = s["tol"], s["finite"]
+            else:
+                tol = jnp.where(first, tolerance(out), s["tol"])
+                finite = jnp.where(first, all_finite(out), s["finite"])
+
+            def pick(new, old):
+                return jnp.where(step, new, old)
+
+            return dict(
+                y=pick(s["y"] + phi * w, s["y"]),
+                v=z / jnp.where(beta_new > 0, beta_new, 1),
+                r1=pick(s["r2"], s["r1"]),
+                r2=u,
+                w=pick(w, s["w"]),
+                w2=pick(s["w"], s["w2"]),
+                beta=beta_new,
+                oldb=pick(beta, oldb),
+                dbar=pick(-s["cs"] * beta_new, s["dbar"]),
+                epsln=pick(s["sn"] * beta_new, s["epsln"]),
+                phibar=jnp.where(first, beta_new, sn * phibar),
+                cs=pick(cs, s["cs"]),
+                sn=pick(sn, s["sn"]),
+                step=s["step"] + step.astype(s["step"].dtype),
+                started=jnp.array(True),
+                breakdown=s["breakdown"] | breakdown,
+                singular=s["singular"] | singular,
+                finite=finite,
+                tol=tol,
+            )
+
+        s = lax.while_loop(cond_fun, body_fun, init)
+        result = self.steps_result(s["step"], max_steps, not_converged(s))
+        result = lx.RESULTS.where(s["singular"], lx.RESULTS.singular, result)
+        result = finish_result(result, s["finite"], s["breakdown"])
+        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
+        return system.total(s["y"]), result, stats
+
+    def transpose(self, state: _MINRESState, options: dict[str, Any]):
+        transpose_options = {}
+        if options.get("preconditioner") is not None:
+            transpose_options["preconditioner"] = options["preconditioner"].transpose()
+        return state.transpose(), transpose_options
+
+    def conj(self, state: _MINRESState, options: dict[str, Any]):
+        conj_options = {}
+        if options.get("preconditioner") is not None:
+            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
+        return keep_conj(state), conj_options
+
+    def assume_full_rank(self):
+        return True
+
+
+MINRES.__init__.__doc__ = r"""**Arguments:**
+
+- `rtol`: relative tolerance for terminating the solve: the residual's 2-norm
+    estimate must be within `atol + rtol * ||b||_2`.
+- `atol`: absolute tolerance for terminating the solve.
+- `norm`: accepted for a signature like lineax's iterative solvers; unused, as the
+    stopping test is on the 2-norm. Defaults to the max norm.
+- `max_steps`: the maximum number of Lanczos steps. Defaults to ten times the number
+    of unknowns, as lineax (then hitting it reports `singular`).
+"""

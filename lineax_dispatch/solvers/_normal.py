@@ -1,0 +1,153 @@
+"""The normal equations, with one site for `mv` and one for its transpose."""
+
+from typing import Any, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+from jaxtyping import Array, Bool, PyTree
+
+from ._base import AbstractOneSiteSolver
+from ._flat import (
+    _same_structure,
+    Flattener,
+    flat_mv,
+    keep_conj,
+    keep_linearise,
+    result_dtype,
+)
+from ._system import System
+
+
+_NormalState: TypeAlias = Any
+
+
+def _check_preconditioner(
+    preconditioner: Any, operator: lx.AbstractLinearOperator
+) -> lx.AbstractLinearOperator:
+    if not isinstance(preconditioner, lx.AbstractLinearOperator):
+        raise ValueError(
+            "`options['preconditioner']` of `Normal` must be a lineax linear "
+            f"operator, got {type(preconditioner).__name__}."
+        )
+    for which, expected in (
+        ("in_structure", operator.out_structure()),
+        ("out_structure", operator.in_structure()),
+    ):
+        got = getattr(preconditioner, which)()
+        if not _same_structure(got, expected):
+            raise ValueError(
+                "`options['preconditioner']` of `Normal` approximates the "
+                f"pseudoinverse of the operator, so its `{which}()` must be "
+                f"{expected}; got {got}."
+            )
+    return keep_linearise(preconditioner)
+
+
+class Normal(lx.AbstractLinearSolver[_NormalState]):
+    """Solves `A x = b` for any `A` (square or not) through the normal equations
+    `A^H A x = A^H b`, with an inner solver for positive semidefinite systems.
+
+    With an inner solver of this package (`CG`, `MINRES`, `GMRES`, `BiCGStab`) the
+    compiled program contains `A`'s `mv` once and its transpose's `mv` once: the
+    inner solver's single slot computes `A^H (A x)`, or the residual
+    `A^H (b - A x)`, and `A^H b` is that residual at `x = 0`, so it needs no site
+    of its own (lineax's `Normal(CG)` writes `mv` three times and the transpose four
+    times). Starting from zero, CG on the normal equations returns the
+    least-squares solution of minimum norm, so wide and rank-deficient operators
+    need no separate form. With any other inner solver (e.g. `lx.Cholesky()`) this
+    behaves exactly as [`lineax.Normal`][].
+
+    `options`:
+
+    - `preconditioner`: an approximation `M` of the pseudoinverse of `A`; the
+        inner solver is preconditioned by `M M^H`.
+    - `y0`: an initial estimate of `x`. Defaults to zeros.
+
+    !!! Example
+
+        ```python
+        sol = lx.linear_solve(tall_op, b, lxd.Normal(lxd.CG(rtol=1e-6, atol=1e-6)))
+        ```
+    """
+
+    inner_solver: lx.AbstractLinearSolver
+
+    @property
+    def _one_site(self) -> bool:
+        return isinstance(self.inner_solver, AbstractOneSiteSolver)
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        if not self._one_site:
+            return lx.Normal(self.inner_solver).init(operator, options)
+        return keep_linearise(operator)
+
+    def compute(
+        self, state: _NormalState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        if not self._one_site:
+            return lx.Normal(self.inner_solver).compute(state, vector, options)
+        operator = state
+        dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
+        x_flat = Flattener(operator.in_structure(), dtype)
+        b_flat = Flattener(operator.out_structure(), dtype)
+        adjoint = keep_conj(operator).transpose()
+        a_mv = flat_mv(operator, x_flat, b_flat)
+        ah_mv = flat_mv(adjoint, b_flat, x_flat)
+        b = b_flat.ravel(vector)
+        y0 = options.get("y0")
+        if y0 is not None:
+            got = jax.eval_shape(lambda: y0)
+            if not _same_structure(got, operator.in_structure()):
+                raise ValueError(
+                    "`options['y0']` of `Normal` must match the operator's "
+                    f"`in_structure()`: expected {operator.in_structure()}, got {got}."
+                )
+            offset = x_flat.ravel(y0)
+        else:
+            offset = None
+
+        def apply(x: Array, residual: Bool[Array, ""]) -> Array:
+            shifted = x if offset is None else jnp.where(residual, offset + x, x)
+            t = a_mv(shifted)
+            return ah_mv(jnp.where(residual, b - t, t))
+
+        system = System(apply=apply, rhs=None, offset=offset, flat=x_flat)
+        preconditioner = options.get("preconditioner")
+        if preconditioner is None:
+            precond = lambda x: x
+        else:
+            preconditioner = _check_preconditioner(preconditioner, operator)
+            m_mv = flat_mv(preconditioner, b_flat, x_flat)
+            mh_mv = flat_mv(keep_conj(preconditioner).transpose(), x_flat, b_flat)
+            precond = lambda x: m_mv(mh_mv(x))
+        zeros = jnp.zeros(x_flat.size, dtype)
+        y, result, stats = self.inner_solver.solve_system(system, precond, zeros)
+        return x_flat.unravel(y), result, stats
+
+    def transpose(self, state: _NormalState, options: dict[str, Any]):
+        if not self._one_site:
+            return lx.Normal(self.inner_solver).transpose(state, options)
+        transpose_options = {}
+        if options.get("preconditioner") is not None:
+            transpose_options["preconditioner"] = options["preconditioner"].transpose()
+        return state.transpose(), transpose_options
+
+    def conj(self, state: _NormalState, options: dict[str, Any]):
+        if not self._one_site:
+            return lx.Normal(self.inner_solver).conj(state, options)
+        conj_options = {}
+        if options.get("preconditioner") is not None:
+            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
+        return keep_conj(state), conj_options
+
+    def assume_full_rank(self):
+        return self.inner_solver.assume_full_rank()
+
+
+Normal.__init__.__doc__ = """**Arguments:**
+
+- `inner_solver`: the solver for the positive semidefinite normal equations:
+    `lxd.CG(...)` (the usual choice), `lxd.MINRES(...)`, or a direct solver such as
+    `lx.Cholesky()`.
+"""
