@@ -12,11 +12,11 @@ symmetric positive definite:
 
 with `L` dense `n x n` float32 layers `W_i ~ N(0, 1/n)` and per-layer elementwise
 scales `s_i ~ U(0.5, 1.5)` (as in `callsites.py`), the transpose applied by hand
-(`W_1^T (s_1 * ... W_L^T (s_L * y))`), so one `mv` is `2 L` matrix-vector
-products. The scales are multiplied by a common factor that makes the largest
-eigenvalue of `B^T B` about 1 (found by power iteration), so the spectrum of `A`
-lies in about `[SHIFT, 1 + SHIFT]` (condition number about 50) and CG converges in
-a few tens of steps at `rtol = atol = 1e-5`.
+(`W_1^T (s_1 * ... W_L^T (s_L * y))`, each `W^T y` written `y @ W`), so one `mv` is
+`2 L` matrix-vector products. The scales are multiplied by a common factor that
+makes the largest eigenvalue of `B^T B` about 1 (found by power iteration), so the
+spectrum of `A` lies in about `[SHIFT, 1 + SHIFT]` (condition number about 50)
+and CG converges in a few tens of steps at `rtol = atol = 1e-5`.
 
 Pairs (ours vs lineax's counterpart), all with the same `rtol`, `atol` and
 `max_steps` on both sides and lineax's defaults for everything else:
@@ -168,7 +168,9 @@ def make_gram(weights, scales) -> Callable:
         for w, s in zip(weights, scales):
             x = s * (w @ x)
         for w, s in zip(reversed(weights), reversed(scales)):
-            x = w.T @ (s * x)
+            # `W^T y` written as `y @ W`: `w.T @ y` makes XLA:CPU copy the
+            # transposed matrix on every call.
+            x = (s * x) @ w
         return x
 
     return gram
@@ -344,17 +346,29 @@ def steady_run_time(compiled, args, first_call_s: float) -> tuple[float, int]:
     return statistics.median(times), runs
 
 
-_DOT = re.compile(r"=\s*\S+\s+dot\(")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\S+?)(?:\{[^}]*\})?\s+([\w\-]+)\((.*)$"
+)
 
 
 def count_matmuls(compiled, n: int) -> int:
-    """`dot` instructions of the optimised HLO with an `n x n` operand."""
+    """`dot` instructions of the optimised HLO with an `n x n` operand (each copy of
+    `mv` in the program has `2 L` of them)."""
     try:
         text = compiled.as_text()
     except Exception:  # pragma: no cover - backend without HLO text
         return -1
     square = f"f32[{n},{n}]"
-    return sum(1 for line in text.splitlines() if _DOT.search(line) and square in line)
+    shapes, dots = {}, []
+    for line in text.splitlines():
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        name, shape, opcode, rest = match.groups()
+        shapes[name] = shape
+        if opcode == "dot":
+            dots.append(re.findall(r"%[\w.\-]+", rest.split(")")[0]))
+    return sum(1 for operands in dots if any(shapes.get(o) == square for o in operands))
 
 
 def measure_program(program: Callable, params, arg, n: int) -> tuple[dict, object]:
@@ -409,7 +423,9 @@ def pick_median(trials: list[tuple[dict, object]]) -> tuple[dict, object]:
 
 def result_name(index: int) -> str:
     try:
-        names = {item._value: name for name, item in lx.RESULTS._name_to_item.items()}
+        names = {
+            int(item._value): name for name, item in lx.RESULTS._name_to_item.items()
+        }
         return names.get(index, str(index))
     except Exception:  # pragma: no cover - equinox internals changed
         return str(index)
@@ -486,10 +502,11 @@ def acceptance(results: dict) -> dict:
         if key not in results:
             continue
         row = results[key]
-        compile_ok = row["compile_ratio_ours_over_lineax"] <= ACCEPTANCE["compile_ratio"]
+        compile_ratio = row["compile_ratio_ours_over_lineax"]
+        compile_ok = compile_ratio <= ACCEPTANCE["compile_ratio"]
         run_ok = row["run_ratio_ours_over_lineax"] <= ACCEPTANCE["run_ratio"]
         out[key] = dict(
-            compile_ratio=row["compile_ratio_ours_over_lineax"],
+            compile_ratio=compile_ratio,
             run_ratio=row["run_ratio_ours_over_lineax"],
             compile_met=bool(compile_ok),
             run_met=bool(run_ok),
@@ -499,11 +516,22 @@ def acceptance(results: dict) -> dict:
 
 
 def format_table(results: dict) -> str:
-    header = (
-        f"{'solver':<9}|{'lx compile s':>13} |{'ours compile s':>15} |{'ours/lx':>8} |"
-        f"{'lx run ms':>10} |{'ours run ms':>12} |{'ours/lx':>8} |"
-        f"{'steps lx/ours':>14} |{'f traces lx/ours':>17} |"
-        f"{'compile/bare mv lx, ours':>25} |{'mv copies lx/ours':>18}"
+    columns = (
+        ("solver", 9),
+        ("lineax compile s", 17),
+        ("ours compile s", 15),
+        ("ours/lineax", 12),
+        ("lineax run ms", 14),
+        ("ours run ms", 12),
+        ("ours/lineax", 12),
+        ("steps (lineax/ours)", 20),
+        ("f traces (lineax/ours)", 23),
+        ("compile / bare mv (lineax, ours)", 33),
+        ("mv copies in HLO (lineax/ours)", 31),
+    )
+    header = " | ".join(
+        f"{title:<{width}}" if i == 0 else f"{title:>{width}}"
+        for i, (title, width) in enumerate(columns)
     )
     lines = [header, "-" * len(header)]
     for key, row in results.items():
@@ -513,15 +541,24 @@ def format_table(results: dict) -> str:
             m = t["matmuls_in_hlo"]
             return "?" if m < 0 else f"{m / (2 * layers):g}"
 
+        cells = (
+            key,
+            f"{lin['compile_total_s']:.3f}",
+            f"{ours['compile_total_s']:.3f}",
+            f"{row['compile_ratio_ours_over_lineax']:.2f}x",
+            f"{lin['run_s'] * 1e3:.1f}",
+            f"{ours['run_s'] * 1e3:.1f}",
+            f"{row['run_ratio_ours_over_lineax']:.3f}x",
+            f"{lin['num_steps']}/{ours['num_steps']}",
+            f"{lin['f_traces']['total']}/{ours['f_traces']['total']}",
+            f"{lin['compile_over_bare_mv']:.1f}x, {ours['compile_over_bare_mv']:.1f}x",
+            f"{copies(lin)}/{copies(ours)}",
+        )
         lines.append(
-            f"{key:<9}|{lin['compile_total_s']:>13.3f} |{ours['compile_total_s']:>15.3f} |"
-            f"{row['compile_ratio_ours_over_lineax']:>7.2f}x |"
-            f"{lin['run_s'] * 1e3:>10.1f} |{ours['run_s'] * 1e3:>12.1f} |"
-            f"{row['run_ratio_ours_over_lineax']:>7.3f}x |"
-            f"{str(lin['num_steps']) + '/' + str(ours['num_steps']):>14} |"
-            f"{str(lin['f_traces']['total']) + '/' + str(ours['f_traces']['total']):>17} |"
-            f"{lin['compile_over_bare_mv']:>11.1f}x, {ours['compile_over_bare_mv']:>5.1f}x"
-            f"{'':>6} |{copies(lin) + '/' + copies(ours):>18}"
+            " | ".join(
+                f"{cell:<{width}}" if i == 0 else f"{cell:>{width}}"
+                for i, (cell, (_, width)) in enumerate(zip(cells, columns))
+            )
         )
     return "\n".join(lines)
 
@@ -553,7 +590,7 @@ def plot(results: dict, bare_mv: dict, config: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     keys = list(results)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.0 * len(keys) + 5), 4.4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(11, 2.0 * len(keys) + 5), 4.8))
     width = 0.38
     xs = range(len(keys))
     for ax, field, scale, title, ylabel in (
@@ -595,7 +632,7 @@ def plot(results: dict, bare_mv: dict, config: dict, path: Path) -> None:
         color="k",
         linestyle=":",
         linewidth=1,
-        label=f"one bare mv ({bare_mv['run_s'] * 1e3:.1f} ms)",
+        label=f"one bare mv ({bare_mv['run_s'] * 1e3:.3g} ms)",
     )
     left.legend(fontsize=8)
     right.legend(fontsize=8)
@@ -608,6 +645,7 @@ def plot(results: dict, bare_mv: dict, config: dict, path: Path) -> None:
     fig.suptitle(
         f"SPD {config['layers']}-layer (x2) n={config['n']} float32 "
         f"FunctionLinearOperator, rtol=atol={config['rtol']:g}, "
+        f"max_steps={config['max_steps']}\n"
         f"jax {jax.__version__} {jax.default_backend()}, "
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}",
         fontsize=10,

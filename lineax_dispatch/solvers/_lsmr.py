@@ -116,9 +116,9 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         _, y0 = preconditioner_and_y0(
             operator, vector, options, allow_preconditioner=False, solver_name="LSMR"
         )
-        damp = 0.0  # damp is not supported at this time, as lineax.
         dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
         rdtype = jnp.finfo(dtype).dtype
+        damp = jnp.zeros((), rdtype)  # damp is not supported at this time, as lineax.
         in_flat = Flattener(operator.in_structure(), dtype)
         out_flat = Flattener(operator.out_structure(), dtype)
         mv = flat_mv(operator, in_flat, out_flat)
@@ -233,7 +233,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         real = jnp.finfo(flat.dtype).dtype
         return lambda x: jnp.asarray(self.norm(view.unravel(x)), real)
 
-    def _step(self, st: dict[str, Array], damp: float) -> dict[str, Array]:
+    def _step(self, st: dict[str, Array], damp: Array) -> dict[str, Array]:
         """lineax's LSMR loop body after the bidiagonalisation: rotations, updates
         of `h`, `hbar`, `x` and the estimates of `||r||`, `||A||` and `cond(A)`."""
         st["itn"] = st["itn"] + 1
@@ -344,23 +344,23 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         assert not jnp.iscomplexobj(b)
 
         def bzero(a, b):
-            return jnp.sign(a), 0.0, jnp.abs(a)
+            return jnp.sign(a), jnp.zeros_like(a), jnp.abs(a)
 
         def azero(a, b):
-            return 0.0, jnp.sign(b), jnp.abs(b)
+            return jnp.zeros_like(b), jnp.sign(b), jnp.abs(b)
 
         def b_gt_a(a, b):
-            tau = a / lax.select(b == 0.0, 1.0, b)
+            tau = a / jnp.where(b == 0.0, 1.0, b)
             s = jnp.sign(b) / jnp.sqrt(1.0 + tau**2)
             c = s * tau
-            r = b / lax.select(s == 0.0, 1.0, s)
+            r = b / jnp.where(s == 0.0, 1.0, s)
             return c, s, r
 
         def a_ge_b(a, b):
-            tau = b / lax.select(a == 0.0, 1.0, a)
+            tau = b / jnp.where(a == 0.0, 1.0, a)
             c = jnp.sign(a) / jnp.sqrt(1.0 + tau**2)
             s = c * tau
-            r = a / lax.select(c == 0.0, 1.0, c)
+            r = a / jnp.where(c == 0.0, 1.0, c)
             return c, s, r
 
         def either_zero(a, b):

@@ -131,6 +131,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             w2=jnp.zeros_like(y0),
             beta=zero,
             oldb=zero,
+            tnorm2=zero,
             dbar=zero,
             epsln=zero,
             phibar=zero,
@@ -149,7 +150,10 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
 
         def cond_fun(s):
             going = s["finite"] & ~s["breakdown"] & ~s["singular"]
-            iterate = (s["beta"] > 0) & (s["step"] < max_steps) & not_converged(s)
+            # The Lanczos process has ended when beta is negligible against the
+            # estimate of the operator's norm, `sqrt(tnorm2)`.
+            ended = s["beta"] <= rcond * jnp.sqrt(s["tnorm2"])
+            iterate = ~ended & (s["step"] < max_steps) & not_converged(s)
             return going & (~s["started"] | iterate)
 
         def body_fun(s):
@@ -167,19 +171,25 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             beta_sq = jnp.real(dot(u, z))
             breakdown = beta_sq < 0
             beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
+            step = ~first
+            # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
+            # Unlike scipy, it leaves out the first beta, the norm of the residual.
+            entries = alpha**2 + beta_new**2 + jnp.where(oldb > 0, beta**2, 0)
+            tnorm2 = s["tnorm2"] + jnp.where(step, entries, 0)
+            small = rcond * jnp.sqrt(tnorm2)
             # QR of the Lanczos tridiagonal by Givens rotations.
             delta = s["cs"] * s["dbar"] + s["sn"] * alpha
             gbar = s["sn"] * s["dbar"] - s["cs"] * alpha
+            dbar = -s["cs"] * beta_new
             gamma_raw = jnp.hypot(gbar, beta_new)
             gamma = jnp.maximum(gamma_raw, eps)
             cs, sn = gbar / gamma, beta_new / gamma
             phi = cs * phibar
             w = (v - s["epsln"] * s["w2"] - delta * s["w"]) / gamma
-            step = ~first
-            # The process ends on a singular projected matrix: `phibar` would then
-            # read 0 without the residual being 0.
-            scale = jnp.abs(alpha) + beta
-            singular = step & (beta_new == 0) & (gamma_raw <= rcond * scale)
+            # The projected matrix is singular (its update would blow up), or the
+            # iterate is a least-squares solution: `||A r|| / ||r||` is negligible.
+            degenerate = step & (gamma_raw <= small)
+            singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
             # Unknown right-hand side: the first residual, at y = 0, is it.
             if known_rhs:
                 tol, finite = s["tol"], s["finite"]
@@ -191,7 +201,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 return jnp.where(step, new, old)
 
             return dict(
-                y=pick(s["y"] + phi * w, s["y"]),
+                y=jnp.where(step & ~degenerate, s["y"] + phi * w, s["y"]),
                 v=z / jnp.where(beta_new > 0, beta_new, 1),
                 r1=pick(s["r2"], s["r1"]),
                 r2=u,
@@ -199,9 +209,10 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 w2=pick(s["w"], s["w2"]),
                 beta=beta_new,
                 oldb=pick(beta, oldb),
-                dbar=pick(-s["cs"] * beta_new, s["dbar"]),
+                tnorm2=tnorm2,
+                dbar=pick(dbar, s["dbar"]),
                 epsln=pick(s["sn"] * beta_new, s["epsln"]),
-                phibar=jnp.where(first, beta_new, sn * phibar),
+                phibar=jnp.where(first, beta_new, jnp.where(degenerate, phibar, sn * phibar)),
                 cs=pick(cs, s["cs"]),
                 sn=pick(sn, s["sn"]),
                 step=s["step"] + step.astype(s["step"].dtype),
@@ -214,7 +225,8 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
 
         s = lax.while_loop(cond_fun, body_fun, init)
         result = self.steps_result(s["step"], max_steps, not_converged(s))
-        result = lx.RESULTS.where(s["singular"], lx.RESULTS.singular, result)
+        singular = s["singular"] & not_converged(s)
+        result = lx.RESULTS.where(singular, lx.RESULTS.singular, result)
         result = finish_result(result, s["finite"], s["breakdown"])
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats

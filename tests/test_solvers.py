@@ -1,0 +1,254 @@
+"""The one-`mv`-site solvers: answers, iteration counts, call sites, results codes,
+autodiff and vmap, compared with lineax's solvers and dense solves."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+from .solver_problems import (
+    CHECK,
+    Counter,
+    function_operator,
+    reference,
+    rhs,
+    SOLVERS,
+    TOL,
+)
+from .zoo import POLICIES, SOLVE_POLICIES
+
+
+def _solve(operator, b, solver, **kwargs):
+    sol = lx.linear_solve(operator, b, solver, throw=False, **kwargs)
+    return sol.value, sol.result, sol.stats["num_steps"]
+
+
+_CASES = [
+    (name, kind, dtype)
+    for name, (_, _, kinds) in SOLVERS.items()
+    for kind in kinds
+    for dtype in (jnp.float32, jnp.float64)
+] + [
+    ("cg", "psd", jnp.complex128),
+    ("gmres", "nonsym", jnp.complex128),
+    ("normal-cg", "tall", jnp.complex128),
+]
+
+
+@pytest.mark.parametrize("name,kind,dtype", _CASES)
+def test_matches_lineax_and_dense(name, kind, dtype):
+    ours, theirs, _ = SOLVERS[name]
+    tol = TOL[dtype]
+    b = jnp.asarray(rhs(kind, dtype))
+    operator = function_operator(kind, dtype, dispatch=False)
+    with jax.checking_leaks():
+        value, result, steps = eqx.filter_jit(_solve)(operator, b, ours(tol))
+    assert result == lx.RESULTS.successful
+    expected = reference(kind, dtype)
+    error = np.max(np.abs(np.asarray(value) - expected)) / np.max(np.abs(expected))
+    assert error < CHECK[dtype], error
+    if theirs is not None:
+        _, their_result, their_steps = eqx.filter_jit(_solve)(operator, b, theirs(tol))
+        if their_result == lx.RESULTS.successful:
+            assert abs(int(steps) - int(their_steps)) <= max(1, 0.1 * int(their_steps))
+
+
+@pytest.mark.parametrize("policy", SOLVE_POLICIES)
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_policies_and_override(name, policy):
+    ours, _, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    expected = reference(kind, jnp.float64)
+    # The operator's own policy, through lineax's linear_solve...
+    operator = function_operator(kind, jnp.float64, policy=POLICIES[policy])
+    value, result, _ = eqx.filter_jit(_solve)(operator, b, ours(1e-10))
+    assert result == lx.RESULTS.successful
+    np.testing.assert_allclose(value, expected, rtol=1e-7, atol=1e-7)
+    # ... and a plain lineax operator given the policy for one solve.
+    plain = function_operator(kind, jnp.float64, dispatch=False)
+    solve = eqx.filter_jit(
+        lambda op, b: lxd.linear_solve(op, b, ours(1e-10), policy=POLICIES[policy])
+    )
+    np.testing.assert_allclose(solve(plain, b).value, expected, rtol=1e-7, atol=1e-7)
+
+
+# How often the user's function runs while jit-compiling one solve. lineax's
+# linear_solve primitive traces `compute` twice (abstract evaluation, lowering), so
+# one `mv` site gives 2. Normal and LSMR also apply the transpose, which lineax
+# computes for a FunctionLinearOperator by transposing the function (one more run
+# of it per site): one site each for `mv` and its transpose gives 4.
+_JIT_COUNTS = {"normal-cg": 4, "lsmr": 4}
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_jit_runs_function_once_per_trace(name):
+    ours, theirs, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    counts = {}
+    for who, factory in (("ours", ours), ("lineax", theirs)):
+        if factory is None:
+            continue
+        counter = Counter()
+        operator = function_operator(kind, jnp.float64, counter=counter)
+        operator.out_structure()  # lineax evaluates the function once for this
+        counter.n = 0
+        jax.jit(lambda b: lx.linear_solve(operator, b, factory(1e-8)).value)(b)
+        counts[who] = counter.n
+    assert counts["ours"] == _JIT_COUNTS.get(name, 2), counts
+    if "lineax" in counts:
+        assert counts["lineax"] > counts["ours"], counts
+
+
+class _CountCompute(lx.AbstractLinearSolver):
+    """Wraps a solver; the function's counter counts only inside `compute`."""
+
+    inner: lx.AbstractLinearSolver
+    counter: Counter = eqx.field(static=True)
+
+    def init(self, operator, options):
+        return self.inner.init(operator, options)
+
+    def compute(self, state, vector, options):
+        self.counter.active = True
+        try:
+            return self.inner.compute(state, vector, options)
+        finally:
+            self.counter.active = False
+
+    def transpose(self, state, options):
+        return self.inner.transpose(state, options)
+
+    def conj(self, state, options):
+        return self.inner.conj(state, options)
+
+    def assume_full_rank(self):
+        return self.inner.assume_full_rank()
+
+
+# lineax's number of `mv` sites in one `compute` (CG: initial residual, step,
+# refresh; BiCGStab: initial residual and two per step; GMRES: Arnoldi step and
+# residual). Ours have one.
+_LINEAX_SITES = {"cg": 3, "bicgstab": 3, "gmres": 2}
+
+
+@pytest.mark.parametrize("name", list(_LINEAX_SITES))
+def test_grad_runs_function_once_per_compute(name):
+    ours, theirs, kinds = SOLVERS[name]
+    kind = kinds[0]
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    counts = {}
+    for who, factory in (("ours", ours), ("lineax", theirs)):
+        counter = Counter()
+
+        def loss(theta, b):
+            operator = function_operator(kind, jnp.float64, theta, counter)
+            solver = _CountCompute(factory(1e-10), counter)
+            return jnp.sum(lx.linear_solve(operator, b, solver).value ** 2)
+
+        counter.active = False
+        jax.jit(jax.grad(loss, argnums=(0, 1)))(1.5, b)
+        counts[who] = counter.n
+    # Under grad `compute` is traced for the primal, the tangent and the cotangent
+    # solves (6 traces here); ours runs the function once per trace.
+    assert counts["ours"] * _LINEAX_SITES[name] == counts["lineax"], counts
+    assert counts["ours"] <= counts["lineax"] / 2, counts
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_nonfinite_input(name):
+    ours, _, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    b = jnp.asarray(rhs(kind, jnp.float64)).at[0].set(jnp.nan)
+    operator = function_operator(kind, jnp.float64)
+    _, result, _ = eqx.filter_jit(_solve)(operator, b, ours(1e-8))
+    assert result == lx.RESULTS.nonfinite_input
+    with pytest.raises(Exception, match="non-finite"):
+        lx.linear_solve(operator, b, ours(1e-8))
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_max_steps_reached(name):
+    _, _, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    solver = {
+        "cg": lxd.CG(rtol=1e-12, atol=1e-12, max_steps=2),
+        "bicgstab": lxd.BiCGStab(rtol=1e-12, atol=1e-12, max_steps=2),
+        "gmres": lxd.GMRES(rtol=1e-12, atol=1e-12, max_steps=2, restart=2),
+        "normal-cg": lxd.Normal(lxd.CG(rtol=1e-12, atol=1e-12, max_steps=2)),
+        "minres": getattr(lxd, "MINRES", lxd.CG)(rtol=1e-12, atol=1e-12, max_steps=2),
+        "lsmr": getattr(lxd, "LSMR", lxd.CG)(rtol=1e-12, atol=1e-12, max_steps=2),
+    }[name]
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    operator = function_operator(kind, jnp.float64)
+    _, result, steps = eqx.filter_jit(_solve)(operator, b, solver)
+    assert result == lx.RESULTS.max_steps_reached
+    assert steps == 2
+    with pytest.raises(Exception, match="maximum number of solver steps"):
+        lx.linear_solve(operator, b, solver)
+
+
+def test_cg_not_definite_and_singular():
+    solver = lxd.CG(rtol=1e-8, atol=1e-8)
+    b = jnp.array([0.0, 1.0, 0.0])
+    # Negative curvature along `b`: not positive definite.
+    indefinite = lxd.MatrixLinearOperator(
+        jnp.diag(jnp.array([1.0, -1.0, 2.0])), lx.positive_semidefinite_tag
+    )
+    _, result, _ = _solve(indefinite, b, solver)
+    assert result == lx.RESULTS.breakdown
+    with pytest.raises(Exception, match="breakdown"):
+        lx.linear_solve(indefinite, b, solver)
+    # Zero curvature along `b`, which is outside the range: singular.
+    singular = lxd.MatrixLinearOperator(
+        jnp.diag(jnp.array([1.0, 0.0, 2.0])), lx.positive_semidefinite_tag
+    )
+    _, result, _ = _solve(singular, b, solver)
+    assert result == lx.RESULTS.singular
+    with pytest.raises(Exception, match="non-finite|singular|well-posed"):
+        lx.linear_solve(singular, b, solver)
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_jvp_and_vjp_match_finite_differences(name):
+    ours, _, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    b0 = jnp.asarray(rhs(kind, jnp.float64))
+    weights = jnp.asarray(np.random.default_rng(3).standard_normal(reference(kind, jnp.float64).shape))
+
+    def loss(theta, b):
+        operator = function_operator(kind, jnp.float64, theta)
+        x = lx.linear_solve(operator, b, ours(1e-12)).value
+        return jnp.sum(weights * x)
+
+    theta0, db = 1.3, jnp.asarray(np.random.default_rng(4).standard_normal(b0.shape))
+    h = 1e-5
+    fd = (loss(theta0 + h, b0 + h * db) - loss(theta0 - h, b0 - h * db)) / (2 * h)
+    with jax.checking_leaks():
+        _, jvp = jax.jit(lambda t, b: jax.jvp(loss, (t, b), (1.0, db)))(theta0, b0)
+        g_theta, g_b = jax.jit(jax.grad(loss, argnums=(0, 1)))(theta0, b0)
+    np.testing.assert_allclose(jvp, fd, rtol=1e-5)
+    np.testing.assert_allclose(g_theta + jnp.dot(g_b, db), fd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
+def test_vmap_over_operator_and_vector(name):
+    ours, _, kinds = SOLVERS[name]
+    kind = kinds[-1]
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    thetas = jnp.array([1.0, 2.0, 0.5])
+    bs = jnp.stack([b, 2 * b, -b])
+
+    def solve(theta, b):
+        operator = function_operator(kind, jnp.float64, theta)
+        return lx.linear_solve(operator, b, ours(1e-10)).value
+
+    out = jax.jit(jax.vmap(solve))(thetas, bs)
+    expected = reference(kind, jnp.float64)
+    for i, scale in enumerate([1.0, 1.0, -2.0]):
+        np.testing.assert_allclose(out[i], scale * expected, rtol=1e-7, atol=1e-7)
