@@ -42,6 +42,7 @@ from .solvers import (
     CG as CG,
     GMRES as GMRES,
     linear_solve as linear_solve,
+    MINRES as MINRES,
     Normal as Normal,
 )
 

@@ -6,3 +6,4 @@ from ._bicgstab import BiCGStab as BiCGStab
 from ._gmres import GMRES as GMRES
 from ._normal import Normal as Normal
 from ._linear_solve import linear_solve as linear_solve
+from ._minres import MINRES as MINRES

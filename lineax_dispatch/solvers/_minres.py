@@ -39,11 +39,11 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
     MINRES does not form its residual vector, so the stopping test is on its running
     estimate `phibar` of the residual's 2-norm: the solve stops once
     `phibar <= atol + rtol * ||b||_2`. (This differs from lineax's elementwise test
-    on the residual and the last update, and `norm` is not used.) With a
-    preconditioner `M`, `phibar` measures the residual in the norm
-    `sqrt(r^H M r)`. The solve also stops when the Lanczos process ends (the
-    Krylov subspace is invariant, so the solution is exact) or after `max_steps`
-    steps.
+    on the residual and the last update; `norm` is not used.) With a preconditioner
+    `M`, `phibar` measures the residual in the norm `sqrt(r^H M r)`. The solve also
+    stops when the Lanczos process ends (beta negligible against the estimate of
+    `||A||`: the Krylov subspace is invariant and the iterate exact up to rounding),
+    and after `max_steps` steps.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -51,11 +51,13 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         inverse of the operator. Defaults to the identity.
     - `y0`: the initial estimate of the solution. Defaults to zeros.
 
-    Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax),
-    `singular` when the Lanczos process ends on a singular projected matrix,
-    `breakdown` when the preconditioner is found indefinite, `nonfinite_input`.
-    For a singular operator and an inconsistent right-hand side the iterates tend to
-    a least-squares solution and the solve reports `singular`/`max_steps_reached`.
+    Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax);
+    `singular` when, short of the tolerance, the projected tridiagonal matrix loses
+    rank or `||A r||` becomes negligible against `||A|| ||r||` (a least-squares
+    solution); `breakdown` when the preconditioner is found indefinite;
+    `nonfinite_input`. A singular operator with an inconsistent right-hand side
+    that is not caught so may run to `max_steps`, its iterate growing once the
+    Krylov subspace is exhausted.
 
     !!! Example
 
@@ -122,21 +124,13 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
 
         zero = jnp.zeros((), real)
+        vectors = ("v", "r1", "r2", "w", "w2")
+        scalars = ("beta", "oldb", "tnorm2", "dbar", "epsln", "phibar", "sn")
         init = dict(
             y=y0,
-            v=jnp.zeros_like(y0),
-            r1=jnp.zeros_like(y0),
-            r2=jnp.zeros_like(y0),
-            w=jnp.zeros_like(y0),
-            w2=jnp.zeros_like(y0),
-            beta=zero,
-            oldb=zero,
-            tnorm2=zero,
-            dbar=zero,
-            epsln=zero,
-            phibar=zero,
+            **{name: jnp.zeros_like(y0) for name in vectors},
+            **{name: zero for name in scalars},
             cs=jnp.array(-1, real),
-            sn=zero,
             step=jnp.array(0),
             started=jnp.array(False),
             breakdown=jnp.array(False),
@@ -186,10 +180,13 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             cs, sn = gbar / gamma, beta_new / gamma
             phi = cs * phibar
             w = (v - s["epsln"] * s["w2"] - delta * s["w"]) / gamma
-            # The projected matrix is singular (its update would blow up), or the
-            # iterate is a least-squares solution: `||A r|| / ||r||` is negligible.
+            # The projected matrix is singular (the step, which would blow up, is
+            # not taken), or the iterate is a least-squares solution: `||A r||` is
+            # negligible against `||A|| ||r||`.
             degenerate = step & (gamma_raw <= small)
             singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
+            take = step & ~degenerate
+            phibar = jnp.where(first, beta_new, jnp.where(take, sn * phibar, phibar))
             # Unknown right-hand side: the first residual, at y = 0, is it.
             if known_rhs:
                 tol, finite = s["tol"], s["finite"]
@@ -201,7 +198,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 return jnp.where(step, new, old)
 
             return dict(
-                y=jnp.where(step & ~degenerate, s["y"] + phi * w, s["y"]),
+                y=jnp.where(take, s["y"] + phi * w, s["y"]),
                 v=z / jnp.where(beta_new > 0, beta_new, 1),
                 r1=pick(s["r2"], s["r1"]),
                 r2=u,
@@ -212,7 +209,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 tnorm2=tnorm2,
                 dbar=pick(dbar, s["dbar"]),
                 epsln=pick(s["sn"] * beta_new, s["epsln"]),
-                phibar=jnp.where(first, beta_new, jnp.where(degenerate, phibar, sn * phibar)),
+                phibar=phibar,
                 cs=pick(cs, s["cs"]),
                 sn=pick(sn, s["sn"]),
                 step=s["step"] + step.astype(s["step"].dtype),
