@@ -31,10 +31,20 @@ from .operators import (
 )
 from .policies import (
     AbstractPolicy as AbstractPolicy,
+    Auto as Auto,
+    CostModel as CostModel,
+    decide as decide,
+    Decision as Decision,
     dense_matrix as dense_matrix,
+    jit as jit,
     Lazy as Lazy,
     Materialise as Materialise,
+    Observation as Observation,
+    observe as observe,
     Outline as Outline,
+    parse_memory_budget as parse_memory_budget,
+    Scan as Scan,
+    VmapBatch as VmapBatch,
 )
 from .solvers import (
     AbstractOneSiteSolver as AbstractOneSiteSolver,

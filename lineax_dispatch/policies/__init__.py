@@ -7,10 +7,21 @@ from ._base import (
     raw_mv_context as raw_mv_context,
     RawMv as RawMv,
 )
+from ._auto import Auto as Auto
+from ._batching import Scan as Scan, VmapBatch as VmapBatch
+from ._budget import (
+    default_memory_budget as default_memory_budget,
+    format_bytes as format_bytes,
+    parse_memory_budget as parse_memory_budget,
+)
+from ._decide import CostModel as CostModel, decide as decide, Decision as Decision
 from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
 from ._lazy import Lazy as Lazy
 from ._materialise import Materialise as Materialise
+from ._jit import jit as jit
+from ._observation import mv_cost as mv_cost, Observation as Observation, observe as observe
 from ._outline import Outline as Outline
+from ._registry import expected_executions as expected_executions
 
 
 def default_policy() -> AbstractPolicy:

@@ -1,0 +1,95 @@
+"""`VmapBatch` and `Scan`: policies that differ in how many vectors they apply at
+once. A single `mv` is inlined, as `Lazy`; `batch_mv` applies a stack."""
+
+from typing import Any
+
+import jax
+import jax.lax as lax
+import lineax as lx
+from jaxtyping import PyTree
+
+from ._base import AbstractPolicy
+from ._dense import check_batch_size
+
+
+class VmapBatch(AbstractPolicy):
+    """Inlines a single `mv`; applies a stack of vectors with `jax.vmap` (all in
+    lockstep) or, with `batch_size`, in chunks of that many through
+    `jax.lax.map(..., batch_size=)`, bounding the memory of the intermediates.
+
+    **Arguments:**
+
+    - `batch_size`: vectors per chunk; `None` for all at once.
+
+    !!! Example
+
+        ```python
+        ys = lxd.VmapBatch(batch_size=64).batch_mv(op, xs)  # xs: leading batch axis
+        ```
+    """
+
+    batch_size: int | None = None
+
+    def __check_init__(self):
+        check_batch_size(self.batch_size)
+
+    def mv(
+        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
+    ) -> PyTree[Any]:
+        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+
+    def batch_mv(
+        self, operator: lx.AbstractLinearOperator, vectors: PyTree[Any]
+    ) -> PyTree[Any]:
+        """Applies `operator` to each vector of the stack `vectors` (leading axis).
+
+        **Arguments:**
+
+        - `operator`: an operator.
+        - `vectors`: a PyTree of the operator's input structure with a leading
+            batch axis on every leaf.
+
+        **Returns:**
+
+        The stacked outputs.
+        """
+        if self.batch_size is None:
+            return jax.vmap(operator.mv)(vectors)
+        return lax.map(operator.mv, vectors, batch_size=self.batch_size)
+
+
+class Scan(AbstractPolicy):
+    """Inlines a single `mv`; applies a stack of vectors one at a time with
+    `jax.lax.map` (a scan): the least memory, and one compiled copy of `mv`.
+
+    !!! Example
+
+        ```python
+        ys = lxd.Scan().batch_mv(op, xs)
+        ```
+    """
+
+    def mv(
+        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
+    ) -> PyTree[Any]:
+        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+
+    def batch_mv(
+        self, operator: lx.AbstractLinearOperator, vectors: PyTree[Any]
+    ) -> PyTree[Any]:
+        """Applies `operator` to each vector of `vectors` (leading axis), one at a
+        time.
+
+        **Arguments:**
+
+        - `operator`: an operator.
+        - `vectors`: a PyTree with a leading batch axis on every leaf.
+
+        **Returns:**
+
+        The stacked outputs.
+        """
+        return lax.map(operator.mv, vectors)
+
+
+Scan.__init__.__doc__ = """**Arguments:** None."""

@@ -1,0 +1,208 @@
+"""The decision rule: `decide(observation) -> Decision`, one pure function.
+
+It estimates, for each strategy, the time to compile the program's copies of `mv`
+plus the time to run the expected executions, and picks the cheapest that fits the
+memory budget. The constants are in `CostModel` (defaults measured on a 2-core
+XLA:CPU machine with `benchmarks/callsites.py`; set your own with
+`Auto(cost_model=...)`). No JAX tracing happens here.
+"""
+
+import math
+
+import equinox as eqx
+
+from ._base import AbstractPolicy
+from ._batching import Scan, VmapBatch
+from ._budget import format_bytes
+from ._lazy import Lazy
+from ._materialise import Materialise
+from ._observation import Observation
+from ._outline import Outline
+
+
+class CostModel(eqx.Module):
+    """Machine constants for `decide`, in seconds, bytes and flops.
+
+    **Fields:**
+
+    - `flops_per_second`: throughput of dense batched work (building a matrix).
+    - `bytes_per_second`: memory bandwidth (a matrix-vector product, an `mv`).
+    - `compile_per_dot`, `compile_per_op`: compile time of one dot product, and
+        of any other operation, in one copy of `mv`.
+    - `outline_site`: compile time of one outlined call site (a host callback).
+    - `outline_call`: fixed run-time cost of one outlined call.
+    - `callback_bytes_per_second`: rate at which an outlined call hands the
+        operator's arrays to its callee.
+    - `matmul_site`: compile time of one matrix-vector product site.
+    - `build_chunk`: columns built together when materialising.
+    """
+
+    flops_per_second: float = 2e10
+    bytes_per_second: float = 1.5e10
+    compile_per_dot: float = 5e-3
+    compile_per_op: float = 2e-4
+    outline_site: float = 1e-2
+    outline_call: float = 1e-4
+    callback_bytes_per_second: float = 3e9
+    matmul_site: float = 3e-3
+    build_chunk: int = 128
+
+
+class Decision(eqx.Module):
+    """What Auto chose for one operator, and why.
+
+    **Fields:**
+
+    - `policy`: the chosen strategy, a policy (`Lazy()`, `Outline()`,
+        `Materialise(batch_size)`, `VmapBatch(batch_size)` or `Scan()`).
+    - `reasons`: sentences explaining the choice.
+    - `estimates`: `(strategy name, estimated seconds or None if not allowed)`
+        for each strategy considered.
+    - `memory_needed`: bytes that materialising would need (matrix plus build
+        workspace), 0 where not relevant.
+    """
+
+    policy: AbstractPolicy
+    reasons: tuple[str, ...]
+    estimates: tuple[tuple[str, float | None], ...] = ()
+    memory_needed: int = 0
+
+    @property
+    def strategy(self) -> str:
+        return type(self.policy).__name__
+
+
+def materialise_memory(o: Observation, chunk: int) -> int:
+    """Peak bytes of materialising: the matrix, plus `chunk` columns' worth of the
+    intermediates of `mv` while building it."""
+    per_column = max(o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize)
+    return o.matrix_bytes + int(chunk * per_column)
+
+
+def _build_chunk(o: Observation, model: CostModel) -> int | None:
+    chunk = min(o.in_size, model.build_chunk)
+    while chunk >= 1:
+        if materialise_memory(o, chunk) <= o.memory_budget:
+            return chunk
+        chunk //= 2
+    return None
+
+
+def estimates(o: Observation, model: CostModel) -> dict[str, tuple[float, float] | None]:
+    """`strategy -> (compile seconds, run seconds)`, `None` where not allowed."""
+    copy = model.compile_per_dot * o.mv_dots + model.compile_per_op * o.mv_ops
+    run_mv = max(
+        o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second
+    )
+    k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
+    out = {
+        "Lazy": (k * copy, runs * run_mv),
+        "Outline": (
+            copy + k * model.outline_site,
+            runs
+            * (
+                run_mv
+                + model.outline_call
+                + o.operator_bytes / model.callback_bytes_per_second
+            ),
+        ),
+    }
+    chunk = _build_chunk(o, model)
+    if chunk is None:
+        out["Materialise"] = None
+    else:
+        build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
+            o.in_size / chunk
+        ) * (o.mv_bytes / model.bytes_per_second)
+        apply = runs * o.matrix_bytes / model.bytes_per_second
+        out["Materialise"] = (1.2 * copy + k * model.matmul_site, build + apply)
+    return out
+
+
+def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
+    """Chooses how to apply the operator described by `o`.
+
+    **Arguments:**
+
+    - `o`: an [`lineax_dispatch.Observation`][].
+    - `model`: the machine constants.
+
+    **Returns:**
+
+    A [`lineax_dispatch.Decision`][]: the policy, the reasons in words and the
+    estimates.
+    """
+    if o.batch > 1:
+        return _decide_batch(o, model)
+    if o.explicit:
+        return Decision(
+            Lazy(),
+            (f"{o.kind} already holds its entries: apply them as they are.",),
+        )
+    if o.call_sites <= 1 and o.executions <= 1:
+        return Decision(
+            Lazy(), ("one call site, run once: inlining costs nothing extra.",)
+        )
+    costs = estimates(o, model)
+    needed = materialise_memory(o, 1)
+    totals = {
+        name: (None if c is None else c[0] + c[1]) for name, c in costs.items()
+    }
+    feasible = {name: t for name, t in totals.items() if t is not None}
+    best = min(feasible, key=lambda name: (feasible[name], name != "Lazy"))
+    reasons = [
+        f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
+        f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed."
+    ]
+    for name, c in costs.items():
+        if c is None:
+            reasons.append(
+                f"Materialise not allowed: it needs {format_bytes(needed)} with a "
+                f"budget of {format_bytes(o.memory_budget)}."
+            )
+        else:
+            reasons.append(
+                f"{name}: compile ~{c[0]:.3g} s + run ~{c[1]:.3g} s."
+            )
+    reasons.append(f"{best} is cheapest.")
+    if best == "Materialise":
+        policy: AbstractPolicy = Materialise(batch_size=_build_chunk(o, model))
+    else:
+        policy = {"Lazy": Lazy(), "Outline": Outline()}[best]
+    return Decision(
+        policy,
+        tuple(reasons),
+        tuple(totals.items()),
+        needed if not o.explicit else 0,
+    )
+
+
+def _decide_batch(o: Observation, model: CostModel) -> Decision:
+    """Many vectors at once: all in lockstep if the workspace fits, else chunks,
+    else one at a time."""
+    per_vector = max(o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize)
+    budget = o.memory_budget
+    if o.batch * per_vector <= budget:
+        return Decision(
+            VmapBatch(),
+            (
+                f"{o.batch} vectors x {format_bytes(per_vector)} of workspace fit the "
+                f"budget of {format_bytes(budget)}: apply all in lockstep.",
+            ),
+        )
+    chunk = int(budget // max(per_vector, 1))
+    if chunk >= 2:
+        return Decision(
+            VmapBatch(batch_size=chunk),
+            (
+                f"{o.batch} vectors do not fit the budget of {format_bytes(budget)} "
+                f"together; {chunk} at a time do.",
+            ),
+        )
+    return Decision(
+        Scan(),
+        (
+            f"even two vectors' workspace ({format_bytes(2 * per_vector)}) exceed "
+            f"the budget of {format_bytes(budget)}: one at a time.",
+        ),
+    )

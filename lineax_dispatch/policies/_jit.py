@@ -1,0 +1,153 @@
+"""`lxd.jit`: a `jax.jit` that counts call sites before it decides."""
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.extend.core as jex
+import jax.tree_util as jtu
+import numpy as np
+
+from ._auto import Auto
+from ._decide import Decision
+from ._lazy import Lazy
+from ._registry import history, Session, session
+
+
+def _signature(args: tuple, kwargs: dict) -> Any:
+    leaves, treedef = jtu.tree_flatten((args, kwargs))
+    parts = []
+    for leaf in leaves:
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            parts.append(
+                (tuple(leaf.shape), str(leaf.dtype), bool(getattr(leaf, "weak_type", False)))
+            )
+        elif isinstance(leaf, (bool, int, float, complex)):
+            parts.append((type(leaf).__name__, np.shape(leaf)))
+        else:
+            try:
+                hash(leaf)
+                parts.append(leaf)
+            except TypeError:
+                parts.append(id(leaf))
+    return treedef, tuple(parts)
+
+
+def _entry(fun: Callable, active: Session) -> Callable:
+    """`fun`, as a new function object (so that jax traces it afresh) that notes
+    the trace it is traced in and drops matrices of any earlier trace."""
+
+    @functools.wraps(fun)
+    def traced(*args, **kwargs):
+        active.top_trace = jex.get_opaque_trace_state()
+        active.matrices.clear()
+        return fun(*args, **kwargs)
+
+    return traced
+
+
+def decide_session(observed: Session) -> dict[Any, Decision]:
+    """Decisions for every operator kind observed, with its own Auto policy."""
+    decisions = {}
+    for key, record in observed.records.items():
+        policy = getattr(record.operator, "policy", None)
+        if not isinstance(policy, Auto):
+            continue
+        decisions[key] = policy.decision(
+            record.operator,
+            call_sites=record.call_sites,
+            executions=record.executions,
+            key=key,
+        )
+        history()[key] = record
+    return decisions
+
+
+class _CompileAware:
+    """The callable that `lxd.jit` returns."""
+
+    def __init__(self, fun: Callable, jit_kwargs: dict[str, Any]):
+        self._fun = fun
+        self._jit_kwargs = jit_kwargs
+        self._compiled: dict[Any, tuple[Callable, Session | None]] = {}
+        functools.update_wrapper(self, fun)
+
+    def decisions(self, *args, **kwargs) -> dict[Any, Decision]:
+        """The decisions fixed for these arguments' signature (compiling if needed)."""
+        return self._prepare(args, kwargs)[2]
+
+    def _prepare(self, args, kwargs):
+        signature = _signature(args, kwargs)
+        entry = self._compiled.get(signature)
+        if entry is None:
+            observed = Session(observing=True)
+            observing = jax.jit(_entry(self._fun, observed), **self._jit_kwargs)
+            with session(observed):
+                observing.trace(*args, **kwargs)
+            decisions = decide_session(observed)
+            observed.matrices.clear()
+            if all(isinstance(d.policy, Lazy) for d in decisions.values()):
+                # The observing trace is already the program: jax reuses it.
+                entry = (observing, None, decisions)
+            else:
+                fixed = Session(observing=False, decisions=decisions)
+                entry = (jax.jit(_entry(self._fun, fixed), **self._jit_kwargs), fixed, decisions)
+            self._compiled[signature] = entry
+        return entry
+
+    def __call__(self, *args, **kwargs):
+        jitted, fixed, _ = self._prepare(args, kwargs)
+        if fixed is None:
+            return jitted(*args, **kwargs)
+        with session(fixed):
+            try:
+                return jitted(*args, **kwargs)
+            finally:
+                fixed.matrices.clear()
+
+    def lower(self, *args, **kwargs):
+        """As `jax.jit(...).lower`, with the decisions fixed."""
+        jitted, fixed, _ = self._prepare(args, kwargs)
+        if fixed is None:
+            return jitted.lower(*args, **kwargs)
+        with session(fixed):
+            try:
+                return jitted.lower(*args, **kwargs)
+            finally:
+                fixed.matrices.clear()
+
+
+def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
+    """A compile-aware `jax.jit`.
+
+    For each new signature of its arguments, the returned function first traces
+    `fun` with every `Auto` operator applied inline, counting the call sites of
+    each operator's `mv`; then decides per operator (see
+    [`lineax_dispatch.Auto`][]); then, unless every decision is to inline (when the
+    first trace is already the program), traces `fun` again with those decisions
+    fixed. There a `Materialise` decision builds the matrix once for the whole
+    program, whatever its number of call sites. Operators with a fixed policy are
+    untouched, and the results are those of `jax.jit(fun)`.
+
+    **Arguments:**
+
+    - `fun`: the function to compile.
+    - `**jit_kwargs`: passed to `jax.jit` (`static_argnums`, `donate_argnums`...).
+
+    **Returns:**
+
+    A callable with `fun`'s signature; `.lower(*args)` lowers it and
+    `.decisions(*args)` returns the decisions made for those arguments.
+
+    !!! Example
+
+        ```python
+        @lxd.jit
+        def f(x):
+            return op.mv(op.mv(x)) + op.mv(x)
+        ```
+    """
+    if not callable(fun):
+        raise TypeError(f"`fun` of `lxd.jit` must be callable; got {type(fun).__name__}.")
+    return _CompileAware(fun, jit_kwargs)
