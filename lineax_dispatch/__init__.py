@@ -36,6 +36,8 @@ from .policies import (
     decide as decide,
     Decision as Decision,
     dense_matrix as dense_matrix,
+    explain as explain,
+    ExplainReport as ExplainReport,
     jit as jit,
     Lazy as Lazy,
     Materialise as Materialise,
@@ -48,12 +50,15 @@ from .policies import (
 )
 from .solvers import (
     AbstractOneSiteSolver as AbstractOneSiteSolver,
+    AutoSolver as AutoSolver,
     BiCGStab as BiCGStab,
     CG as CG,
     GMRES as GMRES,
     linear_solve as linear_solve,
+    LSMR as LSMR,
     MINRES as MINRES,
     Normal as Normal,
+    PolicySolver as PolicySolver,
 )
 
 

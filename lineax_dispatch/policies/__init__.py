@@ -18,6 +18,11 @@ from ._decide import CostModel as CostModel, decide as decide, Decision as Decis
 from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
 from ._lazy import Lazy as Lazy
 from ._materialise import Materialise as Materialise
+from ._explain import (
+    explain as explain,
+    ExplainReport as ExplainReport,
+    ExplainRow as ExplainRow,
+)
 from ._jit import jit as jit
 from ._observation import mv_cost as mv_cost, Observation as Observation, observe as observe
 from ._outline import Outline as Outline
@@ -29,6 +34,7 @@ def default_policy() -> AbstractPolicy:
 
     **Returns:**
 
-    A fresh [`lineax_dispatch.Lazy`][] policy.
+    A fresh [`lineax_dispatch.Auto`][] policy (default memory budget and cost
+    model).
     """
-    return Lazy()
+    return Auto()

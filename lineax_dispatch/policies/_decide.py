@@ -164,7 +164,12 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
             reasons.append(
                 f"{name}: compile ~{c[0]:.3g} s + run ~{c[1]:.3g} s."
             )
-    reasons.append(f"{best} is cheapest.")
+    others = ", ".join(
+        f"{name} ~{t:.3g} s" if t is not None else f"{name} over budget"
+        for name, t in totals.items()
+        if name != best
+    )
+    reasons.append(f"{best} is cheapest: ~{totals[best]:.3g} s ({others}).")
     if best == "Materialise":
         policy: AbstractPolicy = Materialise(batch_size=_build_chunk(o, model))
     else:

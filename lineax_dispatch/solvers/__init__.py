@@ -1,9 +1,17 @@
-"""Iterative solvers whose operator `mv` appears once in the compiled program."""
+"""Iterative solvers whose operator `mv` appears once in the compiled program,
+`linear_solve` with a per-solve policy, `PolicySolver` and `AutoSolver`."""
 
+from ._auto_solver import AutoSolver as AutoSolver
 from ._base import AbstractOneSiteSolver as AbstractOneSiteSolver
-from ._cg import CG as CG
 from ._bicgstab import BiCGStab as BiCGStab
+from ._cg import CG as CG
 from ._gmres import GMRES as GMRES
-from ._normal import Normal as Normal
 from ._linear_solve import linear_solve as linear_solve
+from ._lsmr import LSMR as LSMR
 from ._minres import MINRES as MINRES
+from ._normal import Normal as Normal
+from ._policy_solver import PolicySolver as PolicySolver
+from ._prepare import (
+    expected_iterations as expected_iterations,
+    resolve_for_solve as resolve_for_solve,
+)

@@ -11,6 +11,7 @@ import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 from ._flat import Flattener
+from ._prepare import expected_iterations, resolve_for_solve
 
 
 _State = TypeVar("_State")
@@ -69,6 +70,12 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             and self.atol == 0
             and self.rtol == 0
         )
+
+    def prepare(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+        """Fixes an `Auto` operator's strategy for this solve (see
+        `resolve_for_solve`), counting the expected iterations as executions."""
+        executions = expected_iterations(self.max_steps, operator.in_size())
+        return resolve_for_solve(operator, executions)
 
     def resolve_max_steps(self, size: int) -> int:
         """lineax's default: ten times the number of unknowns."""

@@ -51,7 +51,7 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
         _check_square(operator, "BiCGStab")
-        return keep_linearise(operator)
+        return keep_linearise(self.prepare(operator))
 
     def compute(
         self, state: _BiCGStabState, vector: PyTree[Array], options: dict[str, Any]

@@ -85,7 +85,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             )
         if is_nsd:
             operator = -operator
-        return keep_linearise(operator), eqxi.Static(is_nsd)
+        return keep_linearise(self.prepare(operator)), eqxi.Static(is_nsd)
 
     def compute(
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]

@@ -65,7 +65,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
         _check_square(operator, "GMRES")
-        return keep_linearise(operator)
+        return keep_linearise(self.prepare(operator))
 
     def compute(
         self, state: _GMRESState, vector: PyTree[Array], options: dict[str, Any]

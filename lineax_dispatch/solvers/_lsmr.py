@@ -49,8 +49,8 @@ from lineax.internal import two_norm
 from ._base import AbstractOneSiteSolver, finish_result
 from ._flat import (
     all_finite,
-    Flattener,
     flat_mv,
+    Flattener,
     keep_conj,
     keep_linearise,
     preconditioner_and_y0,
@@ -121,46 +121,34 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         damp = jnp.zeros((), rdtype)  # damp is not supported at this time, as lineax.
         in_flat = Flattener(operator.in_structure(), dtype)
         out_flat = Flattener(operator.out_structure(), dtype)
+        # Each called once, in the loop body. (Transposing a FunctionLinearOperator
+        # traces its function once, here.)
         mv = flat_mv(operator, in_flat, out_flat)
+        rmv = flat_mv(keep_conj(operator).transpose(), out_flat, in_flat)
         b = out_flat.ravel(vector)
         x0 = jnp.zeros((in_flat.size,), dtype) if y0 is None else in_flat.ravel(y0)
         norm_in, norm_out = self._flat_norm(in_flat), self._flat_norm(out_flat)
 
-        min_dim = min(in_flat.size, out_flat.size)  # number of singular values
-        if self.max_steps is None:
-            # As lineax: ten times the number of singular values, avoiding overflow.
-            int_dtype = jnp.dtype(f"int{rdtype.itemsize * 8}")
-            if min_dim > (jnp.iinfo(int_dtype).max / 10):
-                max_steps = jnp.iinfo(int_dtype).max
-            else:
-                max_steps = min_dim * 10
-        else:
-            max_steps = self.max_steps
-
+        # As lineax: ten times the number of singular values, avoiding overflow.
+        int_max = jnp.iinfo(jnp.dtype(f"int{rdtype.itemsize * 8}")).max
+        min_dim = min(in_flat.size, out_flat.size)
+        default_steps = int_max if min_dim > int_max / 10 else 10 * min_dim
+        max_steps = default_steps if self.max_steps is None else self.max_steps
         normb = norm_out(b)
         real = lambda value: jnp.asarray(value, rdtype)  # noqa: E731
         zeros_in = jnp.zeros_like(x0)
         # Generally, latin letters (b, x, u, v, h etc) are vectors that may be
         # complex; greek letters (alpha, beta, rho, zeta etc) are real scalars.
-        init = dict(
-            first=jnp.array(True),
-            x=x0,
-            u=jnp.zeros_like(b),
-            v=zeros_in,
-            h=zeros_in,
-            hbar=zeros_in,
-            itn=jnp.array(0),
-            **{k: real(0.0) for k in ("alpha", "beta", "zetabar", "alphabar")},
-            **{k: real(1.0) for k in ("rho", "rhobar", "cbar", "rhodold", "condA")},
-            **{k: real(0.0) for k in ("sbar", "betadd", "betad", "tautildeold")},
-            **{k: real(0.0) for k in ("thetatilde", "zeta", "delta", "normA2")},
-            maxrbar=real(0.0),
-            minrbar=real(jnp.finfo(rdtype).max),
-            istop=jnp.array(0),
-            normr=real(0.0),
-            normAr=real(0.0),
-            finite=all_finite(b),
-        )
+        init = dict(first=jnp.array(True), x=x0, u=jnp.zeros_like(b), itn=jnp.array(0))
+        init.update(v=zeros_in, h=zeros_in, hbar=zeros_in, istop=jnp.array(0))
+        for value, names in [
+            (0.0, "alpha beta zetabar alphabar sbar betadd betad tautildeold"),
+            (0.0, "thetatilde zeta delta normA2 maxrbar normr normAr"),
+            (1.0, "rho rhobar cbar rhodold condA"),
+            (jnp.finfo(rdtype).max, "minrbar"),
+        ]:
+            init.update({name: real(value) for name in names.split()})
+        init["finite"] = all_finite(b)
 
         def cond_fun(s):
             return s["finite"] & (s["first"] | (s["istop"] == 0))
@@ -172,9 +160,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             u = jnp.where(first, b - out, out - s["alpha"].astype(dtype) * s["u"])
             beta = norm_out(u)
             u = u / jnp.where(beta == 0, 1, beta).astype(dtype)
-            # The A^H slot: `A^H u` on the first pass, else `A^H u - beta v`. Built
-            # here so that a `FunctionLinearOperator` is transposed once, in here.
-            rmv = flat_mv(keep_conj(operator).transpose(), out_flat, in_flat)
+            # The A^H slot: `A^H u` on the first pass, else `A^H u - beta v`.
             w = rmv(u)
             v = jnp.where(first, w, w - beta.astype(dtype) * s["v"])
             alpha = norm_in(v)
@@ -193,23 +179,17 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             start.update(betadd=beta, normA2=alpha**2, istop=istop)
             start.update(normr=beta, normAr=alpha * beta)
             # A later pass: one LSMR step, with beta = beta_{k+1}, alpha = alpha_{k+1}.
-            step = self._step(dict(s, u=u, v=v, alpha=alpha, beta=beta), damp)
-            step = self._stop(step, normb, norm_in(step["x"]), max_steps)
+            step = dict(s, u=u, v=v, alpha=alpha, beta=beta)
+            step = self._step(step, damp, normb, norm_in, max_steps)
             return jtu.tree_map(
                 lambda a, c: jnp.where(first, a, c).astype(a.dtype), start, step
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
 
-        stats = {
-            "num_steps": s["itn"],
-            "istop": s["istop"],
-            "norm_r": s["normr"],
-            "norm_Ar": s["normAr"],
-            "norm_A": jnp.sqrt(s["normA2"]),
-            "cond_A": s["condA"],
-            "norm_x": norm_in(s["x"]),
-        }
+        stats = dict(num_steps=s["itn"], istop=s["istop"], norm_r=s["normr"])
+        stats.update(norm_Ar=s["normAr"], norm_A=jnp.sqrt(s["normA2"]))
+        stats.update(cond_A=s["condA"], norm_x=norm_in(s["x"]))
         hit = s["itn"] == max_steps
         if self.max_steps is None:
             result = lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
@@ -233,20 +213,19 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         real = jnp.finfo(flat.dtype).dtype
         return lambda x: jnp.asarray(self.norm(view.unravel(x)), real)
 
-    def _step(self, st: dict[str, Array], damp: Array) -> dict[str, Array]:
+    def _step(self, st: dict[str, Array], damp, normb, norm_in, max_steps):
         """lineax's LSMR loop body after the bidiagonalisation: rotations, updates
-        of `h`, `hbar`, `x` and the estimates of `||r||`, `||A||` and `cond(A)`."""
+        of `h`, `hbar`, `x`, the estimates of `||r||`, `||A||`, `cond(A)`, and the
+        stopping rules."""
         st["itn"] = st["itn"] + 1
         dtype = st["x"].dtype
         # Construct rotation Qhat_{k,2k+1}.
         chat, shat, alphahat = self._givens(st["alphabar"], damp)
-
         # Use a plane rotation (Q_i) to turn B_i to R_i
         rhoold = st["rho"]
         c, s, st["rho"] = self._givens(alphahat, st["beta"])
         thetanew = s * st["alpha"]
         st["alphabar"] = c * st["alpha"]
-
         # Use a plane rotation (Qbar_i) to turn R_i^T to R_i^bar
         rhobarold = st["rhobar"]
         zetaold = st["zeta"]
@@ -255,14 +234,12 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         st["cbar"], st["sbar"], st["rhobar"] = self._givens(rhotemp, thetanew)
         st["zeta"] = st["cbar"] * st["zetabar"]
         st["zetabar"] = -st["sbar"] * st["zetabar"]
-
         # Update h, h_hat, x.
         scale = -(thetabar * st["rho"] / (rhoold * rhobarold))
         st["hbar"] = st["hbar"] * scale.astype(dtype) + st["h"]
         step = st["zeta"] / (st["rho"] * st["rhobar"])
         st["x"] = st["x"] + step.astype(dtype) * st["hbar"]
         st["h"] = st["h"] * -(thetanew / st["rho"]).astype(dtype) + st["v"]
-
         # Estimate of ||r||.
         # Apply rotation Qhat_{k,2k+1}.
         betaacute = chat * st["betadd"]
@@ -270,7 +247,6 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         # Apply rotation Q_{k,k+1}.
         betahat = c * betaacute
         st["betadd"] = -s * betaacute
-
         # Apply rotation Qtilde_{k-1}.
         # betad = betad_{k-1} here.
         thetatildeold = st["thetatilde"]
@@ -278,7 +254,6 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         st["thetatilde"] = stildeold * st["rhobar"]
         st["rhodold"] = ctildeold * st["rhobar"]
         st["betad"] = -stildeold * st["betad"] + ctildeold * betahat
-
         # betad   = betad_k here.
         # rhodold = rhod_k  here.
         st["tautildeold"] = (zetaold - thetatildeold * st["tautildeold"]) / rhotildeold
@@ -287,12 +262,10 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         st["normr"] = jnp.sqrt(
             st["delta"] + (st["betad"] - taud) ** 2 + st["betadd"] ** 2
         )
-
         # Estimate ||A||.
         st["normA2"] = st["normA2"] + st["beta"] ** 2
-        st["normA"] = jnp.sqrt(st["normA2"])
+        normA = jnp.sqrt(st["normA2"])
         st["normA2"] = st["normA2"] + st["alpha"] ** 2
-
         # Estimate cond(A).
         st["maxrbar"] = jnp.maximum(st["maxrbar"], rhobarold)
         st["minrbar"] = jnp.where(
@@ -303,43 +276,21 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         )
         # Compute norms for convergence testing.
         st["normAr"] = jnp.abs(st["zetabar"])
-        return st
-
-    def _stop(self, st: dict[str, Array], normb: Array, normx: Array, max_steps):
-        """lineax's stopping rules, in its order of precedence (lowest first)."""
-        normA = st.pop("normA")
-        well_posed_tol = self.atol + self.rtol * (normA * normx + normb)
+        well_posed_tol = self.atol + self.rtol * (normA * norm_in(st["x"]) + normb)
         least_squares_tol = self.atol + self.rtol * (normA * st["normr"])
-        istop = st["istop"]
-        # maxiter exceeded
-        istop = jnp.where(st["itn"] >= max_steps, 4, istop)
-        # cond(A) seems to be greater than conlim
+        # maxiter exceeded; cond(A) seems to be greater than conlim; x solves the
+        # least-squares problem, or A x = b, according to atol and rtol.
+        istop = jnp.where(st["itn"] >= max_steps, 4, st["istop"])
         istop = jnp.where(st["condA"] > self.conlim, 3, istop)
-        # x solves the least-squares problem according to atol and rtol.
         istop = jnp.where(st["normAr"] < least_squares_tol, 2, istop)
-        # x is a solution to A@x = b, according to atol and rtol.
         st["istop"] = jnp.where(st["normr"] < well_posed_tol, 1, istop)
         return st
 
     def _givens(self, a, b):
-        """Stable implementation of Givens rotation, from [1]_
-
-        finds c, s, r such that
-
-        |c  -s|[a| = |r|
-        [s   c|[b|   |0|
-
-        r = sqrt(a^2 + b^2)
-
-        Assumes a, b are real.
-
-        References
-        ----------
-        .. [1] S.-C. Choi, "Iterative Methods for Singular Linear Equations
-            and Least-Squares Problems", Dissertation,
-            http://www.stanford.edu/group/SOL/dissertations/sou-cheng-choi-thesis.pdf
-
-        """
+        """Stable Givens rotation, as lineax's (S.-C. Choi, "Iterative Methods for
+        Singular Linear Equations and Least-Squares Problems", 2006): finds real
+        `c, s, r` with `[[c, -s], [s, c]] @ [a, b] = [r, 0]`, `r = sqrt(a^2 + b^2)`.
+        Constants are made in the dtype of `a`, `b`, so float32 works under x64."""
         assert not jnp.iscomplexobj(a)
         assert not jnp.iscomplexobj(b)
 

@@ -85,7 +85,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 "`lx.symmetric_tag`, `lx.positive_semidefinite_tag` or "
                 "`lx.negative_semidefinite_tag`; got one with none of these tags."
             )
-        return keep_linearise(operator)
+        return keep_linearise(self.prepare(operator))
 
     def compute(
         self, state: _MINRESState, vector: PyTree[Array], options: dict[str, Any]

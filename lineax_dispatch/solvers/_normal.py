@@ -80,7 +80,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         if not self._one_site:
             return lx.Normal(self.inner_solver).init(operator, options)
-        return keep_linearise(operator)
+        return keep_linearise(self.inner_solver.prepare(operator))
 
     def compute(
         self, state: _NormalState, vector: PyTree[Array], options: dict[str, Any]

@@ -1,0 +1,175 @@
+"""`lxd.explain`: what Auto decides, and why, as a table."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import lineax as lx
+
+from ._auto import Auto
+from ._budget import format_bytes
+from ._decide import Decision
+from ._jit import _CompileAware, _entry, decide_session
+from ._observation import observe
+from ._registry import history, operator_key, Session, session, site_text
+
+
+class ExplainRow(eqx.Module):
+    """One operator's line in an [`lineax_dispatch.ExplainReport`][]."""
+
+    operator: str
+    size: str
+    dtype: str
+    call_sites: int
+    sites: tuple[str, ...]
+    executions: float
+    mv_flops: float
+    memory_needed: int
+    memory_budget: int
+    decision: Decision
+
+
+class ExplainReport(eqx.Module):
+    """The decisions for every `Auto` operator of a program. `str(report)` is a
+    table; `report.rows` holds the details (each row's `decision.reasons` gives
+    every estimate)."""
+
+    rows: tuple[ExplainRow, ...]
+
+    def __str__(self) -> str:
+        headers = (
+            "operator",
+            "size",
+            "dtype",
+            "call sites",
+            "mv flops",
+            "memory needed / budget",
+            "decision",
+            "reason",
+        )
+        table = [headers]
+        for row in self.rows:
+            table.append(
+                (
+                    row.operator,
+                    row.size,
+                    row.dtype,
+                    str(row.call_sites),
+                    f"{row.mv_flops:.3g}",
+                    f"{format_bytes(row.memory_needed)} / "
+                    f"{format_bytes(row.memory_budget)}",
+                    row.decision.strategy,
+                    row.decision.reasons[-1],
+                )
+            )
+        widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+            for line in table
+        ]
+        lines.insert(1, "  ".join("-" * width for width in widths))
+        for row in self.rows:
+            if row.sites:
+                counts: dict[str, int] = {}
+                for site in row.sites:
+                    counts[site] = counts.get(site, 0) + 1
+                where = "; ".join(
+                    site if n == 1 else f"{site} x{n}" for site, n in counts.items()
+                )
+                lines.append(f"{row.operator} traced at: {where}")
+        if not self.rows:
+            lines.append("(no operator with an Auto policy was applied)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _row(operator, decision: Decision, call_sites, executions, sites) -> ExplainRow:
+    policy = operator.policy
+    observation = observe(
+        operator,
+        memory_budget=policy.budget(),
+        call_sites=call_sites,
+        executions=executions,
+        with_cost=call_sites > 1 or executions > 1,
+    )
+    return ExplainRow(
+        operator=type(operator).__name__,
+        size=f"{operator.out_size()}x{operator.in_size()}",
+        dtype=observation.dtype,
+        call_sites=call_sites,
+        sites=tuple(sites),
+        executions=executions,
+        mv_flops=observation.mv_flops,
+        memory_needed=decision.memory_needed or observation.matrix_bytes,
+        memory_budget=observation.memory_budget,
+        decision=decision,
+    )
+
+
+def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwargs):
+    """Reports what `Auto` decides for each operator of a program, or for one
+    operator.
+
+    **Arguments:**
+
+    - `fun_or_operator`: a function (or an `lxd.jit`-compiled one), then `*args`
+        and `**kwargs` to trace it with; or an operator of lineax-dispatch with an
+        `Auto` policy, for its decision at the call sites observed so far (one if
+        none).
+
+    **Returns:**
+
+    An [`lineax_dispatch.ExplainReport`][]; `print` it for a table of operator,
+    size, dtype, call sites, mv flops, memory needed vs budget, decision and
+    reason.
+
+    !!! Example
+
+        ```python
+        print(lxd.explain(f, x))
+        ```
+    """
+    if isinstance(fun_or_operator, lx.AbstractLinearOperator):
+        operator = fun_or_operator
+        policy: Any = getattr(operator, "policy", None)
+        if not isinstance(policy, Auto):
+            raise TypeError(
+                "`lxd.explain(operator)` needs an operator of lineax-dispatch with an "
+                f"`Auto` policy; got {type(operator).__name__} with policy "
+                f"{policy!r}."
+            )
+        seen = history().get(operator_key(operator))
+        call_sites = 1 if seen is None else seen.call_sites
+        decision = policy.decision(operator, call_sites=call_sites)
+        sites = () if seen is None else [site_text(s) for s in seen.sites]
+        return ExplainReport((_row(operator, decision, call_sites, 1.0, sites),))
+    if not callable(fun_or_operator):
+        raise TypeError(
+            "`lxd.explain` takes a function (and its arguments) or an operator; got "
+            f"{type(fun_or_operator).__name__}."
+        )
+    fun = fun_or_operator
+    jit_kwargs: dict[str, Any] = {}
+    if isinstance(fun, _CompileAware):
+        fun, jit_kwargs = fun._fun, fun._jit_kwargs
+    observed = Session(observing=True)
+    with session(observed):
+        jax.jit(_entry(fun, observed), **jit_kwargs).trace(*args, **kwargs)
+    decisions = decide_session(observed)
+    rows = []
+    for key, decision in decisions.items():
+        record = observed.records[key]
+        rows.append(
+            _row(
+                record.operator,
+                decision,
+                record.call_sites,
+                record.executions,
+                [site_text(s) for s in record.sites],
+            )
+        )
+    observed.matrices.clear()
+    return ExplainReport(tuple(rows))

@@ -1,0 +1,72 @@
+"""Fixing an `Auto` operator's strategy once per solve, outside the solver's loop."""
+
+import math
+
+import jax
+import lineax as lx
+
+from ..operators import adopt, AbstractDispatchOperator, MatrixLinearOperator
+from ..policies import Auto, dense_matrix, Lazy, Materialise
+
+
+def expected_iterations(max_steps: int | None, size: int) -> int:
+    """How many `mv`s an iterative solve is expected to take: `2 sqrt(n)` (at
+    least 10), capped by `max_steps`. Well-conditioned Krylov solves usually take
+    far fewer than lineax's bound of `10 n`."""
+    guess = max(10, math.ceil(2 * math.sqrt(max(size, 1))))
+    return guess if max_steps is None else max(1, min(max_steps, guess))
+
+
+_TAGS = (
+    (lx.is_symmetric, lx.symmetric_tag),
+    (lx.is_positive_semidefinite, lx.positive_semidefinite_tag),
+    (lx.is_negative_semidefinite, lx.negative_semidefinite_tag),
+    (lx.is_lower_triangular, lx.lower_triangular_tag),
+    (lx.is_upper_triangular, lx.upper_triangular_tag),
+)
+
+
+def _tags(operator: lx.AbstractLinearOperator) -> tuple:
+    return tuple(tag for predicate, tag in _TAGS if predicate(operator))
+
+
+def _single_array(structure) -> bool:
+    return isinstance(structure, jax.ShapeDtypeStruct) and len(structure.shape) == 1
+
+
+def resolve_for_solve(
+    operator: lx.AbstractLinearOperator, executions: float
+) -> lx.AbstractLinearOperator:
+    """If `operator` carries `Auto`, decides once for a solve that runs `mv`
+    `executions` times from one call site, and returns the operator ready for the
+    loop: materialised now (the matrix is built once, outside the loop), or carrying
+    the fixed `Lazy` or `Outline` policy. Other operators are returned unchanged.
+
+    **Arguments:**
+
+    - `operator`: the operator to be solved.
+    - `executions`: the expected number of `mv`s.
+
+    **Returns:**
+
+    An equivalent operator.
+    """
+    if not isinstance(operator, AbstractDispatchOperator):
+        return operator
+    policy = operator.policy
+    if not isinstance(policy, Auto):
+        return operator
+    decision = policy.decision(operator, call_sites=1, executions=executions)
+    chosen = decision.policy
+    if isinstance(chosen, Materialise) and not isinstance(
+        operator, MatrixLinearOperator
+    ):
+        if _single_array(operator.in_structure()) and _single_array(
+            operator.out_structure()
+        ):
+            matrix = dense_matrix(operator, chosen.batch_size)
+            return MatrixLinearOperator(matrix, _tags(operator), policy=Lazy())
+        return adopt(lx.materialise(operator), Lazy())
+    if isinstance(chosen, Materialise):
+        chosen = Lazy()
+    return adopt(operator, chosen)
