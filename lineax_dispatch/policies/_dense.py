@@ -37,6 +37,19 @@ def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int | None
     return batch_size
 
 
+def build_bytes(operator: lx.AbstractLinearOperator, batch_size: int | None) -> int:
+    """Bytes of a materialised matrix plus the peak of building it: the identity
+    columns and output columns of one chunk (all columns when `batch_size` is
+    `None`)."""
+    leaves = jax.tree_util.tree_leaves(
+        (operator.in_structure(), operator.out_structure())
+    )
+    itemsize = jnp.result_type(*[x.dtype for x in leaves]).itemsize if leaves else 4
+    n_in, n_out = operator.in_size(), operator.out_size()
+    chunk = n_in if batch_size is None else min(batch_size, n_in)
+    return itemsize * (n_in * n_out + chunk * (n_in + n_out))
+
+
 def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
     flat, unravel = eqx.filter_eval_shape(jfu.ravel_pytree, structure)
     return flat, unravel
@@ -65,15 +78,19 @@ def dense_matrix(
     flat_in, unravel_in = _flat_spec(operator.in_structure())
     raw = RawMv(operator)
 
-    def column(basis_vector):
+    size = flat_in.size
+
+    def column(index):
+        # The basis vector is made inside the chunk: no full identity in memory.
+        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
         out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
         return out
 
-    eye = jnp.eye(flat_in.size, dtype=flat_in.dtype)
-    if batch_size is None or batch_size >= flat_in.size:
-        columns = jax.vmap(column)(eye)
+    indices = jnp.arange(size)
+    if batch_size is None or batch_size >= size:
+        columns = jax.vmap(column)(indices)
     else:
-        columns = lax.map(column, eye, batch_size=batch_size)
+        columns = lax.map(column, indices, batch_size=batch_size)
     return columns.T
 
 

@@ -42,7 +42,12 @@ def _entry(fun: Callable, active: Session) -> Callable:
     def traced(*args, **kwargs):
         active.top_trace = jex.get_opaque_trace_state()
         active.matrices.clear()
-        return fun(*args, **kwargs)
+        try:
+            return fun(*args, **kwargs)
+        finally:
+            # Matrices are tracers of this trace: none may outlive it.
+            active.matrices.clear()
+            active.top_trace = None
 
     return traced
 

@@ -6,7 +6,14 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._dense import check_batch_size, dense_matrix, dense_mv, EXPLICIT_OPERATORS
+from ._budget import default_memory_budget, format_bytes, parse_memory_budget
+from ._dense import (
+    build_bytes,
+    check_batch_size,
+    dense_matrix,
+    dense_mv,
+    EXPLICIT_OPERATORS,
+)
 
 
 class Materialise(AbstractPolicy):
@@ -23,6 +30,9 @@ class Materialise(AbstractPolicy):
         all columns at once with `vmap`; an integer builds them in chunks with
         `jax.lax.map(..., batch_size=batch_size)`, bounding the memory of the
         intermediates, and is often faster to compile for deep functions.
+    - `memory_budget`: bytes (or a string like `"2GB"`) the matrix and the build's
+        peak may take; `None` (the default) allows half of the free memory. Over
+        budget, `mv` raises a `ValueError` at trace time giving both numbers.
 
     !!! Example
 
@@ -32,14 +42,35 @@ class Materialise(AbstractPolicy):
     """
 
     batch_size: int | None = None
+    memory_budget: int | str | None = None
 
     def __check_init__(self):
         check_batch_size(self.batch_size)
+        if self.memory_budget is not None:
+            parse_memory_budget(self.memory_budget)
+
+    def check_memory(self, operator: lx.AbstractLinearOperator) -> None:
+        """Raises a `ValueError` if materialising `operator` exceeds the budget."""
+        needed = build_bytes(operator, self.batch_size)
+        if self.memory_budget is None:
+            budget = default_memory_budget()
+        else:
+            budget = parse_memory_budget(self.memory_budget)
+        if needed > budget:
+            raise ValueError(
+                f"`Materialise` of this {type(operator).__name__} "
+                f"({operator.out_size()}x{operator.in_size()}) needs "
+                f"{format_bytes(needed)} ({needed} bytes: the matrix and the build's "
+                f"peak), over the memory budget of {format_bytes(budget)} ({budget} "
+                "bytes). Use `Auto()`, a smaller `batch_size`, or a larger "
+                "`memory_budget`."
+            )
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
         if isinstance(operator, EXPLICIT_OPERATORS):
             return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+        self.check_memory(operator)
         matrix = dense_matrix(operator, self.batch_size)
         return dense_mv(matrix, vector, operator.out_structure())

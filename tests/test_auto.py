@@ -1,0 +1,297 @@
+"""Auto: the decision rule, budgets, call-site observation, lxd.jit, explain,
+PolicySolver and AutoSolver."""
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+import lineax_dispatch.policies._auto as auto_module
+
+
+def _obs(**kw):
+    base = dict(
+        kind="FunctionLinearOperator",
+        in_size=256,
+        out_size=256,
+        dtype="float32",
+        itemsize=4,
+        memory_budget=10**9,
+        call_sites=1,
+        executions=1.0,
+        mv_flops=2.0 * 256 * 256 * 32,
+        mv_bytes=4.0 * 256 * 256 * 32,
+        mv_dots=32,
+        mv_ops=64,
+        operator_bytes=4 * 256 * 256 * 32,
+    )
+    base.update(kw)
+    return lxd.Observation(**base)
+
+
+_EXPENSIVE_LARGE = dict(
+    in_size=1024,
+    out_size=1024,
+    mv_flops=2.0 * 1024**2 * 32,
+    mv_bytes=4.0 * 1024**2 * 32,
+    operator_bytes=4 * 1024**2 * 32,
+)
+
+
+@pytest.mark.parametrize(
+    "observation,expected",
+    [
+        # One site, run once: inline.
+        (_obs(), "Lazy"),
+        # Explicit operators are applied as they are.
+        (_obs(explicit=True, call_sites=16, executions=100.0), "Lazy"),
+        # A cheap function (one small op) at several sites: inline.
+        (_obs(call_sites=4, mv_dots=0, mv_ops=2, mv_flops=256, mv_bytes=2048, operator_bytes=0), "Lazy"),
+        # Expensive, small, many sites and executions: build the matrix.
+        (_obs(call_sites=16, executions=16.0), "Materialise"),
+        # Expensive, large, many sites, run once each: compile it once, outlined.
+        (_obs(call_sites=16, executions=16.0, **_EXPENSIVE_LARGE), "Outline"),
+        # ... but not if the matrix may not be built and each run hands over much.
+        (_obs(call_sites=2, executions=2000.0, memory_budget=10**6, **_EXPENSIVE_LARGE), "Lazy"),
+        # Materialise over budget is never chosen.
+        (_obs(call_sites=16, executions=16.0, memory_budget=10**5), "Outline"),
+        # Many vectors at once: lockstep, chunks, or one at a time.
+        (_obs(batch=64), "VmapBatch"),
+        (_obs(batch=64, memory_budget=100_000), "VmapBatch"),
+        (_obs(batch=64, memory_budget=10), "Scan"),
+    ],
+)
+def test_decide_table(observation, expected):
+    decision = lxd.decide(observation)
+    assert decision.strategy == expected, decision.reasons
+    assert decision.reasons and all(isinstance(r, str) for r in decision.reasons)
+
+
+def test_decide_budget_edges():
+    o = _obs(call_sites=16, executions=1000.0)
+    needed = lxd.decide(o).memory_needed
+    assert needed > o.matrix_bytes
+    # The peak with one column at a time is the least Materialise can need.
+    at_edge = lxd.decide(_obs(call_sites=16, executions=1000.0, memory_budget=needed))
+    assert at_edge.strategy == "Materialise"
+    assert at_edge.policy.batch_size == 1
+    below = lxd.decide(_obs(call_sites=16, executions=1000.0, memory_budget=needed - 1))
+    assert below.strategy != "Materialise"
+    assert any("budget" in r for r in below.reasons)
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [(1000, 1000), ("2GB", 2 * 10**9), ("512 MiB", 512 * 2**20), ("1.5e3", 1500),
+     ("3kb", 3000), (2.5e9, 2_500_000_000)],
+)
+def test_parse_memory_budget(value, expected):
+    assert lxd.parse_memory_budget(value) == expected
+    assert lxd.Auto(memory_budget=value).budget() == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, "0GB", "-2GB", "abc", "2XB", "", True, [1]])
+def test_bad_memory_budget(value):
+    with pytest.raises(ValueError, match="memory_budget"):
+        lxd.Auto(memory_budget=value)
+
+
+def test_default_budget_is_positive_and_default_policy_is_auto():
+    assert lxd.Auto().budget() > 0
+    op = lxd.MatrixLinearOperator(jnp.eye(3))
+    assert op.policy == lxd.Auto()
+
+
+def test_explicit_materialise_over_budget_raises():
+    op = lxd.FunctionLinearOperator(
+        lambda x: 2 * x,
+        jax.ShapeDtypeStruct((100,), jnp.float32),
+        policy=lxd.Materialise(memory_budget=1000),
+    )
+    with pytest.raises(ValueError, match=r"needs .* over the memory budget of 1 KB"):
+        op.mv(jnp.ones(100, jnp.float32))
+
+
+def _chain(n=32, layers=4, seed=0):
+    rng = np.random.default_rng(seed)
+    ws = [jnp.asarray(rng.standard_normal((n, n)) / np.sqrt(n)) for _ in range(layers)]
+
+    def fn(x):
+        for w in ws:
+            x = w @ x
+        return x
+
+    return fn, jax.ShapeDtypeStruct((n,), jnp.float64)
+
+
+def _sites(f, *args):
+    report = lxd.explain(f, *args)
+    return {row.operator: row.call_sites for row in report.rows}
+
+
+def test_call_site_counts():
+    fn, s = _chain()
+    op = lxd.FunctionLinearOperator(fn, s)
+    x = jnp.ones(32)
+
+    def one(x):
+        return op.mv(x)
+
+    def three(x):
+        return op.mv(x) + op.mv(2 * x) + op.mv(op.mv(x) * 0) * 0
+
+    def helper(x):
+        return op.mv(x)
+
+    def nested(x):
+        return helper(x) + helper(helper(x))
+
+    def loop_body(x):
+        return jax.lax.fori_loop(0, 5, lambda i, y: op.mv(y), x)
+
+    def python_loop(x):
+        for _ in range(4):
+            x = op.mv(x)
+        return x
+
+    assert _sites(one, x) == {"FunctionLinearOperator": 1}
+    assert _sites(three, x) == {"FunctionLinearOperator": 4}
+    assert _sites(nested, x) == {"FunctionLinearOperator": 3}
+    # A loop body is one copy in the program, however often it runs.
+    assert _sites(loop_body, x) == {"FunctionLinearOperator": 1}
+    assert _sites(python_loop, x) == {"FunctionLinearOperator": 4}
+    # A loop body's execution count is not known: it is assumed to run repeatedly.
+    (row,) = lxd.explain(loop_body, x).rows
+    assert row.executions > 1
+
+
+def test_registry_is_per_thread():
+    fn, s = _chain()
+    results = {}
+
+    def work(name, k):
+        op = lxd.FunctionLinearOperator(fn, s)
+        results[name] = _sites(lambda x: sum(op.mv(x) for _ in range(k)), jnp.ones(32))
+
+    threads = [threading.Thread(target=work, args=(i, i + 1)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: {"FunctionLinearOperator": i + 1} for i in range(3)}
+
+
+# A cost model under which materialising is always cheapest (for tests).
+_MATERIALISE_MODEL = lxd.CostModel(compile_per_dot=10.0, outline_site=100.0)
+
+
+def test_jit_matches_jax_jit_and_builds_once(monkeypatch):
+    fn, s = _chain()
+    op = lxd.FunctionLinearOperator(fn, s, policy=lxd.Auto(cost_model=_MATERIALISE_MODEL))
+    fixed = lxd.FunctionLinearOperator(fn, s, policy=lxd.Materialise())
+    builds = []
+    original = auto_module.dense_matrix
+
+    def counting(*args, **kwargs):
+        builds.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(auto_module, "dense_matrix", counting)
+
+    def make(op):
+        def f(x):
+            return op.mv(x) + op.mv(op.mv(2 * x)) + op.mv(3 * x)
+
+        return f
+
+    x = jnp.linspace(0, 1, 32)
+    with jax.checking_leaks():
+        compiled = lxd.jit(make(op))
+        out = compiled(x)
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Materialise"
+    assert len(builds) == 1
+    np.testing.assert_allclose(out, jax.jit(make(fixed))(x), rtol=1e-10)
+    lazy = lxd.with_policy(op, lxd.Lazy())
+    np.testing.assert_allclose(out, jax.jit(make(lazy))(x), rtol=1e-10)
+    # A second call reuses the compiled program.
+    np.testing.assert_allclose(compiled(2 * x), 2 * out, rtol=1e-10)
+    assert len(builds) == 1
+    # The lowered program holds one build rather than four.
+    text = compiled.lower(x).as_text()
+    plain = jax.jit(make(fixed)).lower(x).as_text()
+    assert text.count("dot_general") < plain.count("dot_general")
+
+
+def test_jit_static_args_and_grad():
+    fn, s = _chain()
+    op = lxd.FunctionLinearOperator(fn, s)
+
+    def f(x, k):
+        return jnp.sum(sum(op.mv(i * x) for i in range(k)) ** 2)
+
+    x = jnp.linspace(0, 1, 32)
+    g = lxd.jit(jax.grad(f), static_argnums=1)
+    np.testing.assert_allclose(g(x, 3), jax.jit(jax.grad(f), static_argnums=1)(x, 3))
+
+
+def test_explain_table_and_operator():
+    fn, s = _chain()
+    op = lxd.FunctionLinearOperator(fn, s)
+    report = lxd.explain(lambda x: op.mv(op.mv(x)), jnp.ones(32))
+    text = str(report)
+    for header in ("operator", "size", "dtype", "call sites", "mv flops", "decision", "reason"):
+        assert header in text
+    assert "FunctionLinearOperator" in text and "32x32" in text
+    assert "traced at" in text
+    # An operator on its own: the call sites observed so far for its kind.
+    assert lxd.explain(op).rows[0].call_sites == 2
+    fresh = lxd.FunctionLinearOperator(*_chain(n=8))
+    (row,) = lxd.explain(fresh).rows
+    assert row.call_sites == 1 and row.decision.strategy == "Lazy"
+    with pytest.raises(TypeError, match="Auto"):
+        lxd.explain(lxd.MatrixLinearOperator(jnp.eye(2), policy=lxd.Lazy()))
+
+
+def test_policy_solver_and_override():
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((16, 16))
+    a = m @ m.T / 16 + np.eye(16)
+    b = jnp.asarray(rng.standard_normal(16))
+    plain = lx.MatrixLinearOperator(jnp.asarray(a), lx.positive_semidefinite_tag)
+    expected = np.linalg.solve(a, b)
+    for policy in (lxd.Auto(), lxd.Outline(), lxd.Materialise(4)):
+        for inner in (lx.CG(rtol=1e-10, atol=1e-10), lxd.CG(rtol=1e-10, atol=1e-10), lx.LU()):
+            solver = lxd.PolicySolver(inner, policy)
+            out = jax.jit(lambda b: lx.linear_solve(plain, b, solver).value)(b)
+            np.testing.assert_allclose(out, expected, rtol=1e-7)
+    with pytest.raises(TypeError, match="policy"):
+        lxd.PolicySolver(lx.LU(), "auto")
+
+
+def test_auto_solver_selects_by_budget_and_tags():
+    n = 8
+    spd = lxd.MatrixLinearOperator(jnp.eye(n) * 2, lx.positive_semidefinite_tag)
+    sym = lxd.MatrixLinearOperator(jnp.diag(jnp.arange(1.0, n + 1) * (-1) ** jnp.arange(n)), lx.symmetric_tag)
+    gen = lxd.MatrixLinearOperator(jnp.eye(n) + jnp.triu(jnp.ones((n, n)), 1) * 0.1)
+    tall = lxd.MatrixLinearOperator(jnp.ones((n + 2, n)) + jnp.eye(n + 2, n))
+    big = lxd.AutoSolver(memory_budget=1)
+    assert isinstance(lxd.AutoSolver().select(gen), lx.AutoLinearSolver)
+    assert isinstance(big.select(spd), lxd.CG)
+    assert isinstance(big.select(sym), lxd.MINRES)
+    assert isinstance(big.select(gen), lxd.GMRES)
+    assert isinstance(lxd.AutoSolver(memory_budget=1, well_posed=False).select(tall), lxd.LSMR)
+    with pytest.raises(ValueError, match="square"):
+        lxd.AutoSolver().select(tall)
+    b = jnp.arange(1.0, n + 1)
+    for op in (spd, sym, gen):
+        for solver in (lxd.AutoSolver(rtol=1e-10, atol=1e-10), lxd.AutoSolver(rtol=1e-10, atol=1e-10, memory_budget=1)):
+            np.testing.assert_allclose(
+                lxd.linear_solve(op, b, solver).value,
+                np.linalg.solve(op.as_matrix(), b),
+                rtol=1e-7,
+            )
