@@ -107,7 +107,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
-        return keep_linearise(operator)
+        return keep_linearise(self.prepare(operator))
 
     def compute(
         self, state: _LSMRState, vector: PyTree[Array], options: dict[str, Any]
