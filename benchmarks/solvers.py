@@ -28,7 +28,9 @@ Pairs (ours vs lineax's counterpart), all with the same `rtol`, `atol` and
     normal    lxd.Normal(lxd.CG)  vs lx.Normal(lx.CG)
     minres    lxd.MINRES          vs lx.CG (lineax has no MINRES)
 
-A pair whose lineax-dispatch solver cannot be imported yet is skipped with a note.
+A pair whose lineax-dispatch solver cannot be imported (or built with these
+arguments) yet is skipped with a note; a pair whose measurement raises is reported
+as failed and the others are still measured.
 
 For each solver (each side of each pair), with a freshly built operator each time
 (a new function object, hence a new closure-converted jaxpr, so that no cache of
@@ -120,7 +122,8 @@ MAX_STEPS = 500
 SHIFT = 0.02
 POWER_ITERATIONS = 30
 # Steady-state timing: at least MIN_RUNS calls, more while under RUN_BUDGET_S.
-MIN_RUNS = 3
+# (More than callsites.py's 3: the run-time ratio is one of the things judged.)
+MIN_RUNS = 5
 MAX_RUNS = 25
 RUN_BUDGET_S = 1.0
 # The small operator of the f-trace count.
@@ -406,6 +409,7 @@ def measure_solve(solver, weights, scales, b, n: int) -> tuple[dict, jax.Array]:
     program, params = make_solve_program(op, solver)
     timings, (value, num_steps, result) = measure_program(program, params, b, n)
     timings["num_steps"] = int(num_steps)
+    timings["run_per_step_s"] = timings["run_s"] / max(int(num_steps), 1)
     timings["result"] = result_name(int(result))
     return timings, value
 
@@ -491,6 +495,11 @@ def add_ratios(row: dict, bare_mv: dict) -> None:
         ours["compile_total_s"] / lin["compile_total_s"]
     )
     row["run_ratio_ours_over_lineax"] = ours["run_s"] / lin["run_s"]
+    # The two sides may stop at different steps (float32 rounding in the stopping
+    # test): the run time per step separates the cost of a step from that.
+    row["run_per_step_ratio_ours_over_lineax"] = (
+        ours["run_per_step_s"] / lin["run_per_step_s"]
+    )
     for side in SIDES:
         t = row[side]
         t["compile_over_bare_mv"] = t["compile_total_s"] / bare_mv["compile_total_s"]
@@ -566,7 +575,7 @@ def format_table(results: dict) -> str:
 def format_details(results: dict) -> str:
     header = (
         f"{'solver':<9}{'side':<8}{'trace':>9}{'lower':>9}{'compile':>9}"
-        f"{'1st-extra':>11}{'comp.total':>12}{'run':>11}{'runs':>6}"
+        f"{'1st-extra':>11}{'comp.total':>12}{'run':>11}{'run/step':>11}{'runs':>6}"
         f"  {'result':<18}{'rel.resid':>10}  all compile totals (s)"
     )
     lines = [header, "-" * len(header)]
@@ -577,7 +586,8 @@ def format_details(results: dict) -> str:
                 f"{key:<9}{side:<8}{t['trace_s']:>8.3f}s{t['lower_s']:>8.3f}s"
                 f"{t['compile_s']:>8.3f}s{t['first_call_extra_s']:>10.3f}s"
                 f"{t['compile_total_s']:>11.3f}s{t['run_s'] * 1e3:>8.1f} ms"
-                f"{t['runs']:>6}  {t['result']:<18}{t['relative_residual']:>10.1e}  "
+                f"{t['run_per_step_s'] * 1e3:>8.3f} ms{t['runs']:>6}  {t['result']:<18}"
+                f"{t['relative_residual']:>10.1e}  "
                 + ", ".join(f"{c:.2f}" for c in t["compile_total_all_s"])
             )
     return "\n".join(lines)
@@ -716,7 +726,43 @@ def relative_residual(weights, scales, x: jax.Array, b: jax.Array) -> float:
     return float(jnp.linalg.norm(ax - b) / jnp.linalg.norm(b))
 
 
-def run_all(args, pairs: list[Pair], weights, scales) -> tuple[dict, dict]:
+def measure_pair(args, pair: Pair, weights, scales, b, bare_mv: dict) -> dict:
+    n = args.n
+    solvers = {
+        side: make_solver(pair, side, RTOL, ATOL, args.max_steps) for side in SIDES
+    }
+    f_traces = {side: count_f_traces(solvers[side]) for side in SIDES}
+    trials = {side: [] for side in SIDES}
+    for _ in range(args.repeats):
+        for side in SIDES:
+            trials[side].append(measure_solve(solvers[side], weights, scales, b, n))
+    row = dict(
+        label=f"{pair.lineax_name}\nvs {pair.ours_name}",
+        lineax_solver=pair.lineax_name,
+        ours_solver=pair.ours_name,
+        layers=args.layers,
+    )
+    values = {}
+    for side in SIDES:
+        timings, value = pick_median(trials[side])
+        timings["f_traces"] = f_traces[side]
+        timings["relative_residual"] = relative_residual(weights, scales, value, b)
+        timings["solver_repr"] = repr(solvers[side])
+        row[side] = timings
+        values[side] = value
+    row["relative_difference_ours_vs_lineax"] = float(
+        jnp.linalg.norm(values["ours"] - values["lineax"])
+        / jnp.linalg.norm(values["lineax"])
+    )
+    add_ratios(row, bare_mv)
+    return row
+
+
+def run_all(
+    args, pairs: list[Pair], weights, scales
+) -> tuple[dict, dict, dict[str, str]]:
+    """Returns the results per pair, the bare-mv reference and a note for each
+    pair whose measurement raised (the others are still measured)."""
     n = args.n
     b = jax.random.normal(jax.random.key(SEED + 3), (n,), jnp.float32)
 
@@ -733,36 +779,14 @@ def run_all(args, pairs: list[Pair], weights, scales) -> tuple[dict, dict]:
         flush=True,
     )
 
-    results = {}
+    results, failed = {}, {}
     for pair in pairs:
-        solvers = {
-            side: make_solver(pair, side, RTOL, ATOL, args.max_steps)
-            for side in SIDES
-        }
-        f_traces = {side: count_f_traces(solvers[side]) for side in SIDES}
-        trials = {side: [] for side in SIDES}
-        for _ in range(args.repeats):
-            for side in SIDES:
-                trials[side].append(measure_solve(solvers[side], weights, scales, b, n))
-        row = dict(
-            label=f"{pair.lineax_name}\nvs {pair.ours_name}",
-            lineax_solver=pair.lineax_name,
-            ours_solver=pair.ours_name,
-            layers=args.layers,
-        )
-        values = {}
-        for side in SIDES:
-            timings, value = pick_median(trials[side])
-            timings["f_traces"] = f_traces[side]
-            timings["relative_residual"] = relative_residual(weights, scales, value, b)
-            timings["solver_repr"] = repr(solvers[side])
-            row[side] = timings
-            values[side] = value
-        row["relative_difference_ours_vs_lineax"] = float(
-            jnp.linalg.norm(values["ours"] - values["lineax"])
-            / jnp.linalg.norm(values["lineax"])
-        )
-        add_ratios(row, bare_mv)
+        try:
+            row = measure_pair(args, pair, weights, scales, b, bare_mv)
+        except Exception as e:
+            failed[pair.key] = f"{type(e).__name__}: {e}"
+            print(f"  {pair.key:<9}FAILED: {failed[pair.key]}", flush=True)
+            continue
         results[pair.key] = row
         for side in SIDES:
             t = row[side]
@@ -773,7 +797,7 @@ def run_all(args, pairs: list[Pair], weights, scales) -> tuple[dict, dict]:
                 f"   f traces {t['f_traces']['total']}",
                 flush=True,
             )
-    return results, bare_mv
+    return results, bare_mv, failed
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -811,7 +835,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     weights, scales, factor = make_weights(args.n, args.layers)
     config["scale_factor_per_layer"] = factor
-    results, bare_mv = run_all(args, pairs, weights, scales)
+    results, bare_mv, failed = run_all(args, pairs, weights, scales)
+    if not results:
+        print("every selected pair failed: " + repr(failed))
+        return
     accept = acceptance(results)
     elapsed = time.perf_counter() - start
 
@@ -827,7 +854,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for key, row in results.items():
         print(
             f"{key}: |x_ours - x_lineax| / |x_lineax| = "
-            f"{row['relative_difference_ours_vs_lineax']:.1e}"
+            f"{row['relative_difference_ours_vs_lineax']:.1e}; "
+            "run per step ours/lineax "
+            f"{row['run_per_step_ratio_ours_over_lineax']:.3f}x"
         )
     for key, a in accept.items():
         print(
@@ -836,6 +865,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{'met' if a['compile_met'] else 'NOT met'}), run {a['run_ratio']:.3f}x "
             f"(<= {ACCEPTANCE['run_ratio']}: {'met' if a['run_met'] else 'NOT met'})"
         )
+    for key, why in {**skipped, **failed}.items():
+        print(f"not measured: {key} ({why})")
     print(f"total benchmark time: {elapsed:.1f} s")
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -844,6 +875,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         environment=env,
         config=config,
         skipped=skipped,
+        failed=failed,
         bare_mv=bare_mv,
         results=results,
         acceptance=dict(criteria=ACCEPTANCE, results=accept),
