@@ -243,7 +243,11 @@ PAIRS = {
             ("GMRES",),
         ),
         Pair(
-            "lsmr", "lxd.LSMR", "lx.LSMR", _iterative("LSMR"), _iterative("LSMR"),
+            "lsmr",
+            "lxd.LSMR",
+            "lx.LSMR",
+            _iterative("LSMR"),
+            _iterative("LSMR"),
             ("LSMR",),
         ),
         Pair(
@@ -604,8 +608,13 @@ def plot(results: dict, bare_mv: dict, config: dict, path: Path) -> None:
     width = 0.38
     xs = range(len(keys))
     for ax, field, scale, title, ylabel in (
-        (left, "compile_total_s", 1.0,
-         "compile total (trace+lower+compile+first-call extra)", "seconds"),
+        (
+            left,
+            "compile_total_s",
+            1.0,
+            "compile total (trace+lower+compile+first-call extra)",
+            "seconds",
+        ),
         (right, "run_s", 1e3, "run time per solve (median)", "milliseconds"),
     ):
         for offset, side, label in (
@@ -647,10 +656,12 @@ def plot(results: dict, bare_mv: dict, config: dict, path: Path) -> None:
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     fig.text(
-        0.5, 0.005,
+        0.5,
+        0.005,
         "bar labels: f = runs of the Python function while compiling (small operator, "
         "closure_convert=False); st = solver steps",
-        ha="center", fontsize=7,
+        ha="center",
+        fontsize=7,
     )
     fig.suptitle(
         f"SPD {config['layers']}-layer (x2) n={config['n']} float32 "

@@ -89,7 +89,9 @@ def function_operator(
     """A FunctionLinearOperator for `theta * matrix(kind)`, of lineax-dispatch (with
     `policy`) or plain lineax."""
     a = jnp.asarray(matrix(kind, dtype), dtype)
-    fn = ScaledMatmul(a, jnp.asarray(theta, dtype), Counter() if counter is None else counter)
+    fn = ScaledMatmul(
+        a, jnp.asarray(theta, dtype), Counter() if counter is None else counter
+    )
     structure = jax.ShapeDtypeStruct((a.shape[1],), dtype)
     if dispatch:
         kwargs = {} if policy is None else {"policy": policy}

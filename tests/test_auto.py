@@ -50,13 +50,28 @@ _EXPENSIVE_LARGE = dict(
         # Explicit operators are applied as they are.
         (_obs(explicit=True, call_sites=16, executions=100.0), "Lazy"),
         # A cheap function (one small op) at several sites: inline.
-        (_obs(call_sites=4, mv_dots=0, mv_ops=2, mv_flops=256, mv_bytes=2048, operator_bytes=0), "Lazy"),
+        (
+            _obs(
+                call_sites=4,
+                mv_dots=0,
+                mv_ops=2,
+                mv_flops=256,
+                mv_bytes=2048,
+                operator_bytes=0,
+            ),
+            "Lazy",
+        ),
         # Expensive, small, many sites and executions: build the matrix.
         (_obs(call_sites=16, executions=16.0), "Materialise"),
         # Expensive, large, many sites, run once each: compile it once, outlined.
         (_obs(call_sites=16, executions=16.0, **_EXPENSIVE_LARGE), "Outline"),
         # ... but not if the matrix may not be built and each run hands over much.
-        (_obs(call_sites=2, executions=2000.0, memory_budget=10**6, **_EXPENSIVE_LARGE), "Lazy"),
+        (
+            _obs(
+                call_sites=2, executions=2000.0, memory_budget=10**6, **_EXPENSIVE_LARGE
+            ),
+            "Lazy",
+        ),
         # Materialise over budget is never chosen.
         (_obs(call_sites=16, executions=16.0, memory_budget=10**5), "Outline"),
         # Many vectors at once: lockstep, chunks, or one at a time.
@@ -86,8 +101,14 @@ def test_decide_budget_edges():
 
 @pytest.mark.parametrize(
     "value,expected",
-    [(1000, 1000), ("2GB", 2 * 10**9), ("512 MiB", 512 * 2**20), ("1.5e3", 1500),
-     ("3kb", 3000), (2.5e9, 2_500_000_000)],
+    [
+        (1000, 1000),
+        ("2GB", 2 * 10**9),
+        ("512 MiB", 512 * 2**20),
+        ("1.5e3", 1500),
+        ("3kb", 3000),
+        (2.5e9, 2_500_000_000),
+    ],
 )
 def test_parse_memory_budget(value, expected):
     assert lxd.parse_memory_budget(value) == expected
@@ -191,7 +212,9 @@ _MATERIALISE_MODEL = lxd.CostModel(compile_per_dot=10.0, outline_site=100.0)
 
 def test_jit_matches_jax_jit_and_builds_once(monkeypatch):
     fn, s = _chain()
-    op = lxd.FunctionLinearOperator(fn, s, policy=lxd.Auto(cost_model=_MATERIALISE_MODEL))
+    op = lxd.FunctionLinearOperator(
+        fn, s, policy=lxd.Auto(cost_model=_MATERIALISE_MODEL)
+    )
     fixed = lxd.FunctionLinearOperator(fn, s, policy=lxd.Materialise())
     builds = []
     original = auto_module.dense_matrix
@@ -244,7 +267,15 @@ def test_explain_table_and_operator():
     op = lxd.FunctionLinearOperator(fn, s)
     report = lxd.explain(lambda x: op.mv(op.mv(x)), jnp.ones(32))
     text = str(report)
-    for header in ("operator", "size", "dtype", "call sites", "mv flops", "decision", "reason"):
+    for header in (
+        "operator",
+        "size",
+        "dtype",
+        "call sites",
+        "mv flops",
+        "decision",
+        "reason",
+    ):
         assert header in text
     assert "FunctionLinearOperator" in text and "32x32" in text
     assert "traced at" in text
@@ -265,7 +296,11 @@ def test_policy_solver_and_override():
     plain = lx.MatrixLinearOperator(jnp.asarray(a), lx.positive_semidefinite_tag)
     expected = np.linalg.solve(a, b)
     for policy in (lxd.Auto(), lxd.Outline(), lxd.Materialise(4)):
-        for inner in (lx.CG(rtol=1e-10, atol=1e-10), lxd.CG(rtol=1e-10, atol=1e-10), lx.LU()):
+        for inner in (
+            lx.CG(rtol=1e-10, atol=1e-10),
+            lxd.CG(rtol=1e-10, atol=1e-10),
+            lx.LU(),
+        ):
             solver = lxd.PolicySolver(inner, policy)
             out = jax.jit(lambda b: lx.linear_solve(plain, b, solver).value)(b)
             np.testing.assert_allclose(out, expected, rtol=1e-7)
@@ -276,7 +311,9 @@ def test_policy_solver_and_override():
 def test_auto_solver_selects_by_budget_and_tags():
     n = 8
     spd = lxd.MatrixLinearOperator(jnp.eye(n) * 2, lx.positive_semidefinite_tag)
-    sym = lxd.MatrixLinearOperator(jnp.diag(jnp.arange(1.0, n + 1) * (-1) ** jnp.arange(n)), lx.symmetric_tag)
+    sym = lxd.MatrixLinearOperator(
+        jnp.diag(jnp.arange(1.0, n + 1) * (-1) ** jnp.arange(n)), lx.symmetric_tag
+    )
     gen = lxd.MatrixLinearOperator(jnp.eye(n) + jnp.triu(jnp.ones((n, n)), 1) * 0.1)
     tall = lxd.MatrixLinearOperator(jnp.ones((n + 2, n)) + jnp.eye(n + 2, n))
     big = lxd.AutoSolver(memory_budget=1)
@@ -284,12 +321,17 @@ def test_auto_solver_selects_by_budget_and_tags():
     assert isinstance(big.select(spd), lxd.CG)
     assert isinstance(big.select(sym), lxd.MINRES)
     assert isinstance(big.select(gen), lxd.GMRES)
-    assert isinstance(lxd.AutoSolver(memory_budget=1, well_posed=False).select(tall), lxd.LSMR)
+    assert isinstance(
+        lxd.AutoSolver(memory_budget=1, well_posed=False).select(tall), lxd.LSMR
+    )
     with pytest.raises(ValueError, match="square"):
         lxd.AutoSolver().select(tall)
     b = jnp.arange(1.0, n + 1)
     for op in (spd, sym, gen):
-        for solver in (lxd.AutoSolver(rtol=1e-10, atol=1e-10), lxd.AutoSolver(rtol=1e-10, atol=1e-10, memory_budget=1)):
+        for solver in (
+            lxd.AutoSolver(rtol=1e-10, atol=1e-10),
+            lxd.AutoSolver(rtol=1e-10, atol=1e-10, memory_budget=1),
+        ):
             np.testing.assert_allclose(
                 lxd.linear_solve(op, b, solver).value,
                 np.linalg.solve(op.as_matrix(), b),

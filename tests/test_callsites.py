@@ -14,7 +14,9 @@ N = 6
 
 
 def _counted_operator(policy, counter):
-    matrix = jnp.arange(N * N, dtype=jnp.float32).reshape(N, N) / N**2 + jnp.eye(N, dtype=jnp.float32)
+    matrix = jnp.arange(N * N, dtype=jnp.float32).reshape(N, N) / N**2 + jnp.eye(
+        N, dtype=jnp.float32
+    )
 
     def fn(x):
         counter.append(1)
@@ -23,7 +25,10 @@ def _counted_operator(policy, counter):
     # closure_convert=False: the Python function then runs at each trace of `mv`,
     # rather than once when the operator is built.
     op = lxd.FunctionLinearOperator(
-        fn, jax.ShapeDtypeStruct((N,), jnp.float32), closure_convert=False, policy=policy
+        fn,
+        jax.ShapeDtypeStruct((N,), jnp.float32),
+        closure_convert=False,
+        policy=policy,
     )
     op.out_structure()  # lineax caches one shape evaluation; take it out of the count
     counter.clear()

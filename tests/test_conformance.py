@@ -212,9 +212,13 @@ def test_grad_of_mv_and_linear_transpose(kind, policy):
     x = vector(plain)
 
     def f(op, v):
-        return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree_util.tree_leaves(op.mv(v)))
+        return sum(
+            jnp.sum(jnp.sin(leaf)) for leaf in jax.tree_util.tree_leaves(op.mv(v))
+        )
 
-    assert _close(jax.grad(f, argnums=1)(ours, x), jax.grad(f, argnums=1)(plain, x), jnp.float64)
+    assert _close(
+        jax.grad(f, argnums=1)(ours, x), jax.grad(f, argnums=1)(plain, x), jnp.float64
+    )
     y = vector(plain.T)
     (ct,) = jax.linear_transpose(ours.mv, x)(y)
     (ct_plain,) = jax.linear_transpose(plain.mv, x)(y)
@@ -222,7 +226,9 @@ def test_grad_of_mv_and_linear_transpose(kind, policy):
     grads = eqx.filter_grad(lambda op: f(op, x))(ours)
     grads_plain = eqx.filter_grad(lambda op: f(op, x))(plain)
     assert _close(
-        jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_plain), jnp.float64
+        jax.tree_util.tree_leaves(grads),
+        jax.tree_util.tree_leaves(grads_plain),
+        jnp.float64,
     )
 
 

@@ -10,7 +10,9 @@ import lineax_dispatch as lxd
 
 
 def test_unknown_policy():
-    with pytest.raises(TypeError, match=r"`policy`.*Lazy\(\).*Materialise\(\).*Outline\(\).*'lazy'"):
+    with pytest.raises(
+        TypeError, match=r"`policy`.*Lazy\(\).*Materialise\(\).*Outline\(\).*'lazy'"
+    ):
         lxd.MatrixLinearOperator(jnp.eye(2), policy="lazy")
 
 
@@ -34,9 +36,13 @@ def test_materialise_batch_size(bad):
 
 def test_mv_shape_mismatch_shows_both_structures():
     op = lxd.MatrixLinearOperator(jnp.eye(3, dtype=jnp.float32))
-    with pytest.raises(ValueError, match=r"`vector`.*expected float32\[3\].*got float32\[4\]"):
+    with pytest.raises(
+        ValueError, match=r"`vector`.*expected float32\[3\].*got float32\[4\]"
+    ):
         op.mv(jnp.ones(4, jnp.float32))
-    with pytest.raises(ValueError, match=r"`vector`.*expected float32\[3\].*got float64\[3\]"):
+    with pytest.raises(
+        ValueError, match=r"`vector`.*expected float32\[3\].*got float64\[3\]"
+    ):
         jax.jit(lambda v: op.mv(v))(jnp.ones(3, jnp.float64))
 
 

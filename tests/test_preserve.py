@@ -46,8 +46,14 @@ def test_arithmetic_keeps_policy(policy):
     x = vector(a)
     pa, pf = build("matrix", dispatch=False), build("function", dispatch=False)
     plain = {
-        "add": pa + pf, "sub": pa - pf, "mul": pa * 2.0, "rmul": 2.0 * pa,
-        "div": pa / 2.0, "neg": -pa, "matmul": pa @ pf, "T": (pa @ pf).T,
+        "add": pa + pf,
+        "sub": pa - pf,
+        "mul": pa * 2.0,
+        "rmul": 2.0 * pa,
+        "div": pa / 2.0,
+        "neg": -pa,
+        "matmul": pa @ pf,
+        "T": (pa @ pf).T,
         "transpose": (pa + pf).transpose(),
     }
     for name, op in results.items():

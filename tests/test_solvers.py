@@ -225,7 +225,9 @@ def test_jvp_and_vjp_match_finite_differences(name):
     ours, _, kinds = SOLVERS[name]
     kind = kinds[-1]
     b0 = jnp.asarray(rhs(kind, jnp.float64))
-    weights = jnp.asarray(np.random.default_rng(3).standard_normal(reference(kind, jnp.float64).shape))
+    weights = jnp.asarray(
+        np.random.default_rng(3).standard_normal(reference(kind, jnp.float64).shape)
+    )
 
     def loss(theta, b):
         operator = function_operator(kind, jnp.float64, theta)

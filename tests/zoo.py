@@ -80,7 +80,9 @@ def _library(dispatch: bool, policy):
         "JacobianLinearOperator",
         "TaggedLinearOperator",
     ]
-    return types.SimpleNamespace(**{n.removesuffix("LinearOperator"): make(n) for n in names})
+    return types.SimpleNamespace(
+        **{n.removesuffix("LinearOperator"): make(n) for n in names}
+    )
 
 
 def build(kind, *, dispatch, policy=None, t=1.0, dtype=jnp.float64):

@@ -81,9 +81,7 @@ class DiagonalLinearOperator(AbstractDispatchOperator, lx.DiagonalLinearOperator
         self._set_policy(policy)
 
 
-class TridiagonalLinearOperator(
-    AbstractDispatchOperator, lx.TridiagonalLinearOperator
-):
+class TridiagonalLinearOperator(AbstractDispatchOperator, lx.TridiagonalLinearOperator):
     """[`lineax.TridiagonalLinearOperator`][] carrying a policy.
 
     **Arguments:**

@@ -1,5 +1,6 @@
 """Policies: how an operator applies its `mv`."""
 
+from ._auto import Auto as Auto
 from ._base import (
     AbstractPolicy as AbstractPolicy,
     check_policy as check_policy,
@@ -7,7 +8,6 @@ from ._base import (
     raw_mv_context as raw_mv_context,
     RawMv as RawMv,
 )
-from ._auto import Auto as Auto
 from ._batching import Scan as Scan, VmapBatch as VmapBatch
 from ._budget import (
     default_memory_budget as default_memory_budget,
@@ -16,15 +16,19 @@ from ._budget import (
 )
 from ._decide import CostModel as CostModel, decide as decide, Decision as Decision
 from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
-from ._lazy import Lazy as Lazy
-from ._materialise import Materialise as Materialise
 from ._explain import (
     explain as explain,
     ExplainReport as ExplainReport,
     ExplainRow as ExplainRow,
 )
 from ._jit import jit as jit
-from ._observation import mv_cost as mv_cost, Observation as Observation, observe as observe
+from ._lazy import Lazy as Lazy
+from ._materialise import Materialise as Materialise
+from ._observation import (
+    mv_cost as mv_cost,
+    Observation as Observation,
+    observe as observe,
+)
 from ._outline import Outline as Outline
 from ._registry import expected_executions as expected_executions
 

@@ -106,7 +106,11 @@ def check_policy(policy: Any, *, name: str = "policy") -> AbstractPolicy:
         return policy
     allowed = ", ".join(f"{cls.__name__}()" for cls in _concrete_policies())
     if isinstance(policy, type) and issubclass(policy, AbstractPolicy):
-        hint = f" (got the class {policy.__name__}; instantiate it: {policy.__name__}())"
+        hint = (
+            f" (got the class {policy.__name__}; instantiate it: {policy.__name__}())"
+        )
     else:
         hint = f"; got {policy!r} of type {type(policy).__name__}"
-    raise TypeError(f"`{name}` must be a lineax-dispatch policy, one of {allowed}{hint}")
+    raise TypeError(
+        f"`{name}` must be a lineax-dispatch policy, one of {allowed}{hint}"
+    )

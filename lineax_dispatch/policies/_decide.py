@@ -75,7 +75,9 @@ class Decision(eqx.Module):
 def materialise_memory(o: Observation, chunk: int) -> int:
     """Peak bytes of materialising: the matrix, plus `chunk` columns' worth of the
     intermediates of `mv` while building it."""
-    per_column = max(o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize)
+    per_column = max(
+        o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize
+    )
     return o.matrix_bytes + int(chunk * per_column)
 
 
@@ -88,7 +90,9 @@ def _build_chunk(o: Observation, model: CostModel) -> int | None:
     return None
 
 
-def estimates(o: Observation, model: CostModel) -> dict[str, tuple[float, float] | None]:
+def estimates(
+    o: Observation, model: CostModel
+) -> dict[str, tuple[float, float] | None]:
     """`strategy -> (compile seconds, run seconds)`, `None` where not allowed."""
     copy = model.compile_per_dot * o.mv_dots + model.compile_per_op * o.mv_ops
     run_mv = max(
@@ -145,9 +149,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         )
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
-    totals = {
-        name: (None if c is None else c[0] + c[1]) for name, c in costs.items()
-    }
+    totals = {name: (None if c is None else c[0] + c[1]) for name, c in costs.items()}
     feasible = {name: t for name, t in totals.items() if t is not None}
     best = min(feasible, key=lambda name: (feasible[name], name != "Lazy"))
     reasons = [
@@ -161,9 +163,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
                 f"budget of {format_bytes(o.memory_budget)}."
             )
         else:
-            reasons.append(
-                f"{name}: compile ~{c[0]:.3g} s + run ~{c[1]:.3g} s."
-            )
+            reasons.append(f"{name}: compile ~{c[0]:.3g} s + run ~{c[1]:.3g} s.")
     others = ", ".join(
         f"{name} ~{t:.3g} s" if t is not None else f"{name} over budget"
         for name, t in totals.items()
@@ -185,7 +185,9 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
 def _decide_batch(o: Observation, model: CostModel) -> Decision:
     """Many vectors at once: all in lockstep if the workspace fits, else chunks,
     else one at a time."""
-    per_vector = max(o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize)
+    per_vector = max(
+        o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize
+    )
     budget = o.memory_budget
     if o.batch * per_vector <= budget:
         return Decision(

@@ -21,7 +21,11 @@ def _signature(args: tuple, kwargs: dict) -> Any:
     for leaf in leaves:
         if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             parts.append(
-                (tuple(leaf.shape), str(leaf.dtype), bool(getattr(leaf, "weak_type", False)))
+                (
+                    tuple(leaf.shape),
+                    str(leaf.dtype),
+                    bool(getattr(leaf, "weak_type", False)),
+                )
             )
         elif isinstance(leaf, (bool, int, float, complex)):
             parts.append((type(leaf).__name__, np.shape(leaf)))
@@ -97,7 +101,11 @@ class _CompileAware:
                 entry = (observing, None, decisions)
             else:
                 fixed = Session(observing=False, decisions=decisions)
-                entry = (jax.jit(_entry(self._fun, fixed), **self._jit_kwargs), fixed, decisions)
+                entry = (
+                    jax.jit(_entry(self._fun, fixed), **self._jit_kwargs),
+                    fixed,
+                    decisions,
+                )
             self._compiled[signature] = entry
         return entry
 
@@ -154,5 +162,7 @@ def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
         ```
     """
     if not callable(fun):
-        raise TypeError(f"`fun` of `lxd.jit` must be callable; got {type(fun).__name__}.")
+        raise TypeError(
+            f"`fun` of `lxd.jit` must be callable; got {type(fun).__name__}."
+        )
     return _CompileAware(fun, jit_kwargs)

@@ -4,8 +4,8 @@ from typing import Any
 
 import equinox as eqx
 import equinox.internal as eqxi
-from equinox._compile_utils import hashable_combine, hashable_partition
 import lineax as lx
+from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy, RawMv

@@ -36,9 +36,7 @@ def operator_key(operator: lx.AbstractLinearOperator) -> Any:
     converted jaxprs, tags, policy) and the shapes and dtypes of its arrays. Equal
     keys share one outlined callee; decisions are made per key."""
     dynamic, static = hashable_partition(operator, eqx.is_array)
-    avals = tuple(
-        (tuple(x.shape), str(x.dtype)) for x in jtu.tree_leaves(dynamic)
-    )
+    avals = tuple((tuple(x.shape), str(x.dtype)) for x in jtu.tree_leaves(dynamic))
     return (static, avals)
 
 

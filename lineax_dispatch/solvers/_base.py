@@ -2,7 +2,7 @@
 test and the mapping from how a loop ended to lineax's `RESULTS`."""
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
-from ._flat import Flattener
+from ._flat import Flattener, keep_conj
 from ._prepare import expected_iterations, resolve_for_solve
 
 
@@ -71,6 +71,19 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             and self.rtol == 0
         )
 
+    def transpose(self, state: Any, options: dict[str, Any]):
+        """For solvers whose state is the (linearised) operator: the transposed
+        operator and the transposed preconditioner."""
+        return state.transpose(), transpose_options(options)
+
+    def conj(self, state: Any, options: dict[str, Any]):
+        """For solvers whose state is the (linearised) operator: the conjugate
+        operator and the conjugate preconditioner."""
+        return keep_conj(state), conj_options(options)
+
+    def assume_full_rank(self):
+        return True
+
     def prepare(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
         """Fixes an `Auto` operator's strategy for this solve (see
         `resolve_for_solve`), counting the expected iterations as executions."""
@@ -117,6 +130,20 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
             )
         return lx.RESULTS.successful
+
+
+def transpose_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the transposed solve: the transposed preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": options["preconditioner"].transpose()}
+
+
+def conj_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the conjugate solve: the conjugate preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": keep_conj(options["preconditioner"])}
 
 
 def finish_result(

@@ -11,7 +11,7 @@ from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, finish_result
 from ._cg import _check_square
-from ._flat import all_finite, dot, keep_conj, keep_linearise, preconditioner_and_y0
+from ._flat import all_finite, dot, keep_linearise, preconditioner_and_y0
 from ._system import flat_preconditioner, plain_system, System
 
 
@@ -158,21 +158,6 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
         result = finish_result(result, s["finite"], broken(s) & nc)
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats
-
-    def transpose(self, state: _BiCGStabState, options: dict[str, Any]):
-        transpose_options = {}
-        if options.get("preconditioner") is not None:
-            transpose_options["preconditioner"] = options["preconditioner"].transpose()
-        return state.transpose(), transpose_options
-
-    def conj(self, state: _BiCGStabState, options: dict[str, Any]):
-        conj_options = {}
-        if options.get("preconditioner") is not None:
-            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
-        return keep_conj(state), conj_options
-
-    def assume_full_rank(self):
-        return True
 
 
 BiCGStab.__init__.__doc__ = r"""**Arguments:**

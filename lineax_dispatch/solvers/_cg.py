@@ -7,10 +7,15 @@ import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from lineax.internal import max_norm
 from jaxtyping import Array, PyTree, Scalar
+from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, finish_result
+from ._base import (
+    AbstractOneSiteSolver,
+    conj_options,
+    finish_result,
+    transpose_options,
+)
 from ._flat import all_finite, dot, keep_conj, keep_linearise, preconditioner_and_y0
 from ._system import flat_preconditioner, plain_system, System
 
@@ -147,9 +152,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         def cond_fun(s):
             going = s["finite"] & ~s["breakdown"] & ~s["singular"]
             iterate = (
-                (jnp.real(s["gamma"]) > 0)
-                & (s["step"] < max_steps)
-                & not_converged(s)
+                (jnp.real(s["gamma"]) > 0) & (s["step"] < max_steps) & not_converged(s)
             )
             return going & (s["pending"] | iterate)
 
@@ -211,21 +214,12 @@ class CG(AbstractOneSiteSolver[_CGState]):
         return system.total(s["y"]), result, stats
 
     def transpose(self, state: _CGState, options: dict[str, Any]):
-        transpose_options = {}
-        if options.get("preconditioner") is not None:
-            transpose_options["preconditioner"] = options["preconditioner"].transpose()
         operator, is_nsd = state
-        return (operator.transpose(), is_nsd), transpose_options
+        return (operator.transpose(), is_nsd), transpose_options(options)
 
     def conj(self, state: _CGState, options: dict[str, Any]):
-        conj_options = {}
-        if options.get("preconditioner") is not None:
-            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
         operator, is_nsd = state
-        return (keep_conj(operator), is_nsd), conj_options
-
-    def assume_full_rank(self):
-        return True
+        return (keep_conj(operator), is_nsd), conj_options(options)
 
 
 CG.__init__.__doc__ = r"""**Arguments:**

@@ -48,9 +48,7 @@ class Flattener(eqx.Module):
         pieces = jnp.split(flat, sizes) if leaves else []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # complex -> real casts of a real leaf
-            out = [
-                p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)
-            ]
+            out = [p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)]
         return jtu.tree_unflatten(treedef, out)
 
 

@@ -14,7 +14,6 @@ from ._base import AbstractOneSiteSolver, finish_result
 from ._cg import _check_square
 from ._flat import (
     all_finite,
-    keep_conj,
     keep_linearise,
     preconditioner_and_y0,
     two_norm,
@@ -212,21 +211,6 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         result = finish_result(result, s["finite"], s["deferred_breakdown"] & nc)
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats
-
-    def transpose(self, state: _GMRESState, options: dict[str, Any]):
-        transpose_options = {}
-        if options.get("preconditioner") is not None:
-            transpose_options["preconditioner"] = options["preconditioner"].transpose()
-        return state.transpose(), transpose_options
-
-    def conj(self, state: _GMRESState, options: dict[str, Any]):
-        conj_options = {}
-        if options.get("preconditioner") is not None:
-            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
-        return keep_conj(state), conj_options
-
-    def assume_full_rank(self):
-        return True
 
 
 GMRES.__init__.__doc__ = r"""**Arguments:**

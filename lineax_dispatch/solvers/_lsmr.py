@@ -322,15 +322,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
 
         return lax.cond((a == 0.0) | (b == 0.0), either_zero, both_nonzero, a, b)
 
-    def transpose(self, state: _LSMRState, options: dict[str, Any]):
-        del options
-        operator = state
-        return operator.transpose(), {}
-
-    def conj(self, state: _LSMRState, options: dict[str, Any]):
-        del options
-        operator = state
-        return keep_conj(operator), {}
+    # `transpose` and `conj` are the base class's (LSMR takes no preconditioner).
 
     def assume_full_rank(self):
         return False

@@ -7,15 +7,14 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from lineax.internal import max_norm
 from jaxtyping import Array, PyTree, Scalar
+from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, finish_result
 from ._cg import _check_square
 from ._flat import (
     all_finite,
     dot,
-    keep_conj,
     keep_linearise,
     preconditioner_and_y0,
     two_norm,
@@ -227,21 +226,6 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         result = finish_result(result, s["finite"], s["breakdown"])
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats
-
-    def transpose(self, state: _MINRESState, options: dict[str, Any]):
-        transpose_options = {}
-        if options.get("preconditioner") is not None:
-            transpose_options["preconditioner"] = options["preconditioner"].transpose()
-        return state.transpose(), transpose_options
-
-    def conj(self, state: _MINRESState, options: dict[str, Any]):
-        conj_options = {}
-        if options.get("preconditioner") is not None:
-            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
-        return keep_conj(state), conj_options
-
-    def assume_full_rank(self):
-        return True
 
 
 MINRES.__init__.__doc__ = r"""**Arguments:**

@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._base import AbstractOneSiteSolver
+from ._base import AbstractOneSiteSolver, conj_options, transpose_options
 from ._flat import (
     _same_structure,
-    Flattener,
     flat_mv,
+    Flattener,
     keep_conj,
     keep_linearise,
     result_dtype,
@@ -128,18 +128,12 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
     def transpose(self, state: _NormalState, options: dict[str, Any]):
         if not self._one_site:
             return lx.Normal(self.inner_solver).transpose(state, options)
-        transpose_options = {}
-        if options.get("preconditioner") is not None:
-            transpose_options["preconditioner"] = options["preconditioner"].transpose()
-        return state.transpose(), transpose_options
+        return state.transpose(), transpose_options(options)
 
     def conj(self, state: _NormalState, options: dict[str, Any]):
         if not self._one_site:
             return lx.Normal(self.inner_solver).conj(state, options)
-        conj_options = {}
-        if options.get("preconditioner") is not None:
-            conj_options["preconditioner"] = keep_conj(options["preconditioner"])
-        return keep_conj(state), conj_options
+        return keep_conj(state), conj_options(options)
 
     def assume_full_rank(self):
         return self.inner_solver.assume_full_rank()

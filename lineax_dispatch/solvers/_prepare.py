@@ -5,7 +5,7 @@ import math
 import jax
 import lineax as lx
 
-from ..operators import adopt, AbstractDispatchOperator, MatrixLinearOperator
+from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
 
 

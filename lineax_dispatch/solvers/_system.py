@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat import Flattener, flat_mv, result_dtype
+from ._flat import flat_mv, Flattener, result_dtype
 
 
 class System(eqx.Module):
