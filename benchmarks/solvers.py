@@ -4,8 +4,9 @@ lineax counterparts, for an expensive matrix-free operator.
 What is measured
 ----------------
 
-The operator is a plain `lineax.FunctionLinearOperator` (lineax's default
-`closure_convert=True`, tagged `lx.positive_semidefinite_tag`) whose function is
+The operator is a plain `lineax.FunctionLinearOperator` (`closure_convert=False`,
+the function an `eqx.Partial` holding the weights, so that they are the operator's
+arrays and jit arguments; tagged `lx.positive_semidefinite_tag`) whose function is
 symmetric positive definite:
 
     A x = SHIFT * x + B^T (B x),    B x = s_L * (W_L @ (... s_1 * (W_1 @ x)))
@@ -180,16 +181,19 @@ def make_gram(weights, scales) -> Callable:
 
 
 def make_spd(weights, scales) -> Callable:
-    """A new function object `x -> SHIFT * x + B^T (B x)` each call."""
-    gram = make_gram(weights, scales)
+    """A new function `x -> SHIFT * x + B^T (B x)` each call, as an `eqx.Partial`
+    whose arrays (the weights) are leaves: with `closure_convert=False` they are
+    then the operator's arrays, passed to the jitted program as arguments rather
+    than embedded as constants (lineax's default closure conversion would make
+    them constants of the program)."""
 
-    def spd(x):
-        return SHIFT * x + gram(x)
+    def spd(weights, scales, x):
+        return SHIFT * x + make_gram(weights, scales)(x)
 
-    return spd
+    return eqx.Partial(spd, weights, scales)
 
 
-def build_operator(fn: Callable, n: int, closure_convert: bool = True):
+def build_operator(fn: Callable, n: int, closure_convert: bool = False):
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     return lx.FunctionLinearOperator(
         fn, structure, lx.positive_semidefinite_tag, closure_convert
@@ -826,7 +830,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_steps=args.max_steps,
         repeats=args.repeats,
         solvers=list(args.solvers),
-        closure_convert=True,
+        closure_convert=False,
         tags=["positive_semidefinite_tag"],
         seed=SEED,
         operator_passed_as_jit_argument=True,

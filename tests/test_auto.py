@@ -45,8 +45,11 @@ _EXPENSIVE_LARGE = dict(
 @pytest.mark.parametrize(
     "observation,expected",
     [
-        # One site, run once: inline.
-        (_obs(), "Lazy"),
+        # One site, run once, a large operator: inline.
+        (_obs(**_EXPENSIVE_LARGE), "Lazy"),
+        # A small dot-heavy operator: building its matrix (matrix-matrix products,
+        # quick to compile) beats compiling its matrix-vector products.
+        (_obs(), "Materialise"),
         # Explicit operators are applied as they are.
         (_obs(explicit=True, call_sites=16, executions=100.0), "Lazy"),
         # A cheap function (one small op) at several sites: inline.
@@ -61,19 +64,29 @@ _EXPENSIVE_LARGE = dict(
             ),
             "Lazy",
         ),
-        # Expensive, small, many sites and executions: build the matrix.
-        (_obs(call_sites=16, executions=16.0), "Materialise"),
-        # Expensive, large, many sites, run once each: compile it once, outlined.
-        (_obs(call_sites=16, executions=16.0, **_EXPENSIVE_LARGE), "Outline"),
-        # ... but not if the matrix may not be built and each run hands over much.
+        # Expensive and large at many sites: one build beats 16 copies.
+        (_obs(call_sites=16, executions=16.0, **_EXPENSIVE_LARGE), "Materialise"),
+        # ... and with no room for the matrix, one outlined copy.
         (
             _obs(
-                call_sites=2, executions=2000.0, memory_budget=10**6, **_EXPENSIVE_LARGE
+                call_sites=16, executions=16.0, memory_budget=10**6, **_EXPENSIVE_LARGE
+            ),
+            "Outline",
+        ),
+        # Run thousands of times, each outlined call would hand over the weights.
+        (
+            _obs(
+                call_sites=2,
+                executions=2000.0,
+                memory_budget=10**6,
+                **_EXPENSIVE_LARGE,
             ),
             "Lazy",
         ),
         # Materialise over budget is never chosen.
         (_obs(call_sites=16, executions=16.0, memory_budget=10**5), "Outline"),
+        # Solves: many iterations of an expensive mv pay for a build.
+        (_obs(executions=64.0, solves=1, **_EXPENSIVE_LARGE), "Materialise"),
         # Many vectors at once: lockstep, chunks, or one at a time.
         (_obs(batch=64), "VmapBatch"),
         (_obs(batch=64, memory_budget=100_000), "VmapBatch"),

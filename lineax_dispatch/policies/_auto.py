@@ -86,6 +86,7 @@ class Auto(AbstractPolicy):
         call_sites: int | None = None,
         executions: float | None = None,
         batch: int = 1,
+        solves: int = 0,
         key: Any = None,
     ) -> Decision:
         """The decision for `operator` with the given (or observed) use.
@@ -98,6 +99,7 @@ class Auto(AbstractPolicy):
         - `executions`: expected executions of `mv` per run; `None` uses the
             current solver's expectation, else 1.
         - `batch`: vectors per application.
+        - `solves`: how many of the call sites are solves.
         - `key`: the operator's kind key (computed when `None`).
 
         **Returns:**
@@ -111,14 +113,13 @@ class Auto(AbstractPolicy):
             call_sites = 1 if seen is None else seen.call_sites
         if executions is None:
             executions = current_executions()
-        need_cost = call_sites > 1 or executions > 1 or batch > 1
         observation = observe(
             operator,
             memory_budget=self.budget(),
             call_sites=call_sites,
             executions=executions,
             batch=batch,
-            with_cost=need_cost,
+            solves=solves,
             key=key,
         )
         return decide(observation, self.cost_model)

@@ -28,7 +28,11 @@ class CostModel(eqx.Module):
     - `flops_per_second`: throughput of dense batched work (building a matrix).
     - `bytes_per_second`: memory bandwidth (a matrix-vector product, an `mv`).
     - `compile_per_dot`, `compile_per_op`: compile time of one dot product, and
-        of any other operation, in one copy of `mv`.
+        of any other operation, in one copy of `mv` (XLA:CPU emits code for each
+        matrix-vector product, which is slow to compile).
+    - `compile_per_batched_dot`: compile time of one dot product applied to a
+        block of vectors (as when building the matrix: a library call).
+    - `materialise_fixed`: compile time of the machinery of one matrix build.
     - `outline_site`: compile time of one outlined call site (a host callback).
     - `outline_call`: fixed run-time cost of one outlined call.
     - `callback_bytes_per_second`: rate at which an outlined call hands the
@@ -37,11 +41,13 @@ class CostModel(eqx.Module):
     - `build_chunk`: columns built together when materialising.
     """
 
-    flops_per_second: float = 2e10
+    flops_per_second: float = 1.5e11
     bytes_per_second: float = 1.5e10
-    compile_per_dot: float = 5e-3
+    compile_per_dot: float = 6e-3
     compile_per_op: float = 2e-4
-    outline_site: float = 1e-2
+    compile_per_batched_dot: float = 5e-4
+    materialise_fixed: float = 0.08
+    outline_site: float = 1.2e-2
     outline_call: float = 1e-4
     callback_bytes_per_second: float = 3e9
     matmul_site: float = 3e-3
@@ -95,6 +101,12 @@ def estimates(
 ) -> dict[str, tuple[float, float] | None]:
     """`strategy -> (compile seconds, run seconds)`, `None` where not allowed."""
     copy = model.compile_per_dot * o.mv_dots + model.compile_per_op * o.mv_ops
+    batched_copy = (
+        model.compile_per_batched_dot * o.mv_dots + model.compile_per_op * o.mv_ops
+    )
+    # Each solve builds its own matrix (in its `init`); plain call sites share one
+    # build under `lxd.jit`.
+    builds = o.solves + (1 if o.call_sites > o.solves else 0)
     run_mv = max(
         o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second
     )
@@ -119,7 +131,10 @@ def estimates(
             o.in_size / chunk
         ) * (o.mv_bytes / model.bytes_per_second)
         apply = runs * o.matrix_bytes / model.bytes_per_second
-        out["Materialise"] = (1.2 * copy + k * model.matmul_site, build + apply)
+        out["Materialise"] = (
+            builds * (model.materialise_fixed + batched_copy) + k * model.matmul_site,
+            builds * build + apply,
+        )
     return out
 
 
@@ -142,10 +157,6 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         return Decision(
             Lazy(),
             (f"{o.kind} already holds its entries: apply them as they are.",),
-        )
-    if o.call_sites <= 1 and o.executions <= 1:
-        return Decision(
-            Lazy(), ("one call site, run once: inlining costs nothing extra.",)
         )
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)

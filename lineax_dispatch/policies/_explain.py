@@ -93,7 +93,6 @@ def _row(operator, decision: Decision, call_sites, executions, sites) -> Explain
         memory_budget=policy.budget(),
         call_sites=call_sites,
         executions=executions,
-        with_cost=call_sites > 1 or executions > 1,
     )
     return ExplainRow(
         operator=type(operator).__name__,

@@ -67,6 +67,7 @@ def decide_session(observed: Session) -> dict[Any, Decision]:
             record.operator,
             call_sites=record.call_sites,
             executions=record.executions,
+            solves=record.solves,
             key=key,
         )
         history()[key] = record

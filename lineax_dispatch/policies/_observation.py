@@ -29,6 +29,8 @@ class Observation(eqx.Module):
         (call sites outside loops count once; a solver's loop counts its expected
         iterations).
     - `batch`: how many vectors each application handles (1 for a single `mv`).
+    - `solves`: how many of the call sites are solves (each of which would build
+        its own matrix if materialised).
     - `mv_flops`, `mv_bytes`: cost of one `mv` from XLA's `cost_analysis()` of the
         lowered function (or an estimate where the backend gives none).
     - `mv_dots`, `mv_ops`: how many dot products and other operations one `mv`
@@ -49,6 +51,7 @@ class Observation(eqx.Module):
     call_sites: int = 1
     executions: float = 1.0
     batch: int = 1
+    solves: int = 0
     mv_flops: float = 0.0
     mv_bytes: float = 0.0
     mv_dots: int = 0
@@ -67,13 +70,62 @@ def _dtype_of(operator: lx.AbstractLinearOperator) -> Any:
     return jnp.result_type(*[x.dtype for x in leaves]) if leaves else jnp.float32
 
 
+# Lowering a function prints its closed-over constants into the module; above this
+# many bytes of constants the cost comes from the jaxpr alone.
+_LOWER_CONSTANTS_LIMIT = 16 * 2**20
+
+
+def _sub_jaxprs(eqn) -> list:
+    out = []
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
+                out.append(item.jaxpr)
+            elif hasattr(item, "eqns"):
+                out.append(item)
+    return out
+
+
+def _walk(jaxpr, totals: dict) -> None:
+    for eqn in jaxpr.eqns:
+        subs = _sub_jaxprs(eqn)
+        if subs:
+            for sub in subs:
+                _walk(sub, totals)
+            continue
+        out_avals = [v.aval for v in eqn.outvars]
+        in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
+        nbytes = sum(
+            math.prod(a.shape) * a.dtype.itemsize
+            for a in in_avals + out_avals
+            if hasattr(a, "dtype")
+        )
+        totals["bytes"] += nbytes
+        if eqn.primitive.name == "dot_general":
+            (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval
+            contracted = math.prod(lhs.shape[d] for d in lhs_contract)
+            out_size = math.prod(out_avals[0].shape)
+            totals["flops"] += 2.0 * out_size * contracted
+            totals["dots"] += 1
+        else:
+            totals["flops"] += float(sum(math.prod(a.shape) for a in out_avals))
+            totals["ops"] += 1
+
+
 def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, Any]:
-    """Flops, bytes accessed and operation counts of one `mv`, from the lowered
-    (not compiled) function; cached per operator kind in the current context.
+    """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
+    cached per operator kind in the current context.
+
+    Flops and bytes come from XLA's `cost_analysis()` of the lowered (not
+    compiled) function where the backend gives it and the function's constants
+    are small; otherwise from the jaxpr (dot products counted exactly, other
+    operations by their output sizes). Dot and operation counts always come from
+    the jaxpr.
 
     **Returns:**
 
-    A dict with `flops`, `bytes`, `dots`, `ops` and `source`.
+    A dict with `flops`, `bytes`, `dots`, `ops`, `constant_bytes` and `source`.
     """
     key = operator_key(operator) if key is None else key
     cache = cost_cache()
@@ -86,32 +138,38 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
     def apply(dynamic, vector):
         return eqx.combine(dynamic, static)(vector)
 
-    dtype = _dtype_of(operator)
-    in_size, out_size = operator.in_size(), operator.out_size()
-    fallback = {
-        "flops": 2.0 * in_size * out_size,
-        "bytes": float(in_size * out_size * jnp.dtype(dtype).itemsize),
-        "dots": 1,
-        "ops": 1,
-        "source": "estimate",
-    }
     try:
-        lowered = jax.jit(apply).lower(dynamic, vector)
-        text = lowered.as_text()
-        analysis = lowered.cost_analysis() or {}
-        if isinstance(analysis, list):  # older jax: one dict per computation
-            analysis = analysis[0] if analysis else {}
-        dots = text.count("stablehlo.dot")
-        ops = sum(1 for line in text.splitlines() if "= stablehlo." in line)
+        closed = jax.make_jaxpr(apply)(dynamic, vector)
+    except Exception:  # an operator whose mv cannot be traced alone
+        in_size, out_size = operator.in_size(), operator.out_size()
+        itemsize = jnp.dtype(_dtype_of(operator)).itemsize
         cost = {
-            "flops": float(analysis.get("flops", fallback["flops"])),
-            "bytes": float(analysis.get("bytes accessed", fallback["bytes"])),
-            "dots": dots,
-            "ops": ops,
-            "source": "cost_analysis" if analysis else "estimate",
+            "flops": 2.0 * in_size * out_size,
+            "bytes": float(in_size * out_size * itemsize),
+            "dots": 1,
+            "ops": 1,
+            "constant_bytes": 0,
+            "source": "estimate",
         }
-    except Exception:  # a backend or operator that cannot be lowered alone
-        cost = fallback
+        cache[key] = cost
+        return cost
+    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0}
+    _walk(closed.jaxpr, totals)
+    constant_bytes = sum(
+        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
+    )
+    cost = dict(totals, constant_bytes=int(constant_bytes), source="jaxpr")
+    if constant_bytes <= _LOWER_CONSTANTS_LIMIT:
+        try:
+            analysis = jax.jit(apply).lower(dynamic, vector).cost_analysis() or {}
+            if isinstance(analysis, list):  # older jax: one dict per computation
+                analysis = analysis[0] if analysis else {}
+        except Exception:  # a backend without cost analysis
+            analysis = {}
+        if "flops" in analysis:
+            cost["flops"] = float(analysis["flops"])
+            cost["bytes"] = float(analysis.get("bytes accessed", cost["bytes"]))
+            cost["source"] = "cost_analysis"
     cache[key] = cost
     return cost
 
@@ -123,6 +181,7 @@ def observe(
     call_sites: int = 1,
     executions: float = 1.0,
     batch: int = 1,
+    solves: int = 0,
     with_cost: bool = True,
     key: Any = None,
 ) -> Observation:
@@ -132,7 +191,7 @@ def observe(
 
     - `operator`: the operator.
     - `memory_budget`: bytes.
-    - `call_sites`, `executions`, `batch`: as observed or expected.
+    - `call_sites`, `executions`, `batch`, `solves`: as observed or expected.
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
     - `key`: the operator's key for the cost cache (computed when `None`).
@@ -148,6 +207,10 @@ def observe(
         for x in jtu.tree_leaves(eqx.filter(operator, is_leaf_array))
     )
     cost = mv_cost(operator, key) if (with_cost and not explicit) else None
+    if cost is not None:
+        # Arrays closed over by a closure-converted function are constants of
+        # its jaxpr, not leaves: count them as the operator's own.
+        operator_bytes += cost["constant_bytes"]
     return Observation(
         kind=type(operator).__name__,
         in_size=operator.in_size(),
@@ -158,6 +221,7 @@ def observe(
         call_sites=int(call_sites),
         executions=float(executions),
         batch=int(batch),
+        solves=int(solves),
         mv_flops=0.0 if cost is None else cost["flops"],
         mv_bytes=0.0 if cost is None else cost["bytes"],
         mv_dots=0 if cost is None else cost["dots"],

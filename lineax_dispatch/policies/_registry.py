@@ -72,6 +72,7 @@ class SiteRecord:
     operator: Any  # an example operator (for the cost analysis and `explain`)
     sites: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     executions: float = 0.0
+    solves: int = 0
 
     @property
     def call_sites(self) -> int:
@@ -158,9 +159,12 @@ def current_executions() -> float:
     return _EXECUTIONS.get()
 
 
-def record_call(operator: Any, key: Any) -> None:
+def record_call(
+    operator: Any, key: Any, executions: float | None = None, solve: bool = False
+) -> None:
     """Notes one traced `mv` of `operator` (at the user's call site) in the
-    observing session, if any."""
+    observing session, if any: `executions` times per run (default: the current
+    expectation), `solve` if the site is a solve's."""
     active = _SESSION.get()
     if active is None or not active.observing:
         return
@@ -168,7 +172,9 @@ def record_call(operator: Any, key: Any) -> None:
     if record is None:
         record = active.records[key] = SiteRecord(abstract_operator(operator))
     record.sites.append(user_site())
-    executions = current_executions()
+    record.solves += int(solve)
+    if executions is None:
+        executions = current_executions()
     if executions <= 1 and not at_top_trace():
         # Traced inside a loop body, a `vmap` or a nested `jit` with no solver
         # saying how often: assume it runs several times.

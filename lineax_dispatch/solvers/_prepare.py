@@ -7,6 +7,7 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
+from ..policies._registry import current_session, operator_key, record_call
 
 
 def expected_iterations(max_steps: int | None, size: int) -> int:
@@ -56,7 +57,18 @@ def resolve_for_solve(
     policy = operator.policy
     if not isinstance(policy, Auto):
         return operator
-    decision = policy.decision(operator, call_sites=1, executions=executions)
+    key = operator_key(operator)
+    active = current_session()
+    if active is not None and active.observing:
+        # `lxd.jit`'s observing trace: count this solve, apply inline.
+        record_call(operator, key, executions=executions, solve=True)
+        return adopt(operator, Lazy())
+    if active is not None and key in active.decisions:
+        decision = active.decisions[key]
+    else:
+        decision = policy.decision(
+            operator, call_sites=1, executions=executions, solves=1, key=key
+        )
     chosen = decision.policy
     if isinstance(chosen, Materialise) and not isinstance(
         operator, MatrixLinearOperator
