@@ -12,7 +12,14 @@ from ._budget import format_bytes
 from ._decide import Decision
 from ._jit import _CompileAware, _entry, decide_session
 from ._observation import observe
-from ._registry import history, operator_key, Session, session, site_text
+from ._registry import (
+    history,
+    operator_key,
+    PASS_CONTEXT,
+    Session,
+    session,
+    site_text,
+)
 
 
 class ExplainRow(eqx.Module):
@@ -155,7 +162,7 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
     if isinstance(fun, _CompileAware):
         fun, jit_kwargs = fun._fun, fun._jit_kwargs
     observed = Session(observing=True)
-    with session(observed):
+    with session(observed), PASS_CONTEXT(("observe", observed.token)):
         jax.jit(_entry(fun, observed), **jit_kwargs).trace(*args, **kwargs)
     decisions = decide_session(observed)
     rows = []

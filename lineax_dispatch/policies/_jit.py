@@ -12,7 +12,7 @@ import numpy as np
 from ._auto import Auto
 from ._decide import Decision
 from ._lazy import Lazy
-from ._registry import history, Session, session
+from ._registry import history, PASS_CONTEXT, Session, session
 
 
 def _signature(args: tuple, kwargs: dict) -> Any:
@@ -80,11 +80,11 @@ class _CompileAware:
     def __init__(self, fun: Callable, jit_kwargs: dict[str, Any]):
         self._fun = fun
         self._jit_kwargs = jit_kwargs
-        self._compiled: dict[Any, tuple[Callable, Session | None]] = {}
+        self._compiled: dict[Any, tuple] = {}
         functools.update_wrapper(self, fun)
 
     def decisions(self, *args, **kwargs) -> dict[Any, Decision]:
-        """The decisions fixed for these arguments' signature (compiling if needed)."""
+        """The decisions fixed for these arguments' signature (tracing if needed)."""
         return self._prepare(args, kwargs)[2]
 
     def _prepare(self, args, kwargs):
@@ -93,43 +93,35 @@ class _CompileAware:
         if entry is None:
             observed = Session(observing=True)
             observing = jax.jit(_entry(self._fun, observed), **self._jit_kwargs)
-            with session(observed):
+            context = ("observe", observed.token)
+            with session(observed), PASS_CONTEXT(context):
                 observing.trace(*args, **kwargs)
             decisions = decide_session(observed)
-            observed.matrices.clear()
             if all(isinstance(d.policy, Lazy) for d in decisions.values()):
-                # The observing trace is already the program: jax reuses it.
-                entry = (observing, None, decisions)
+                # The observing trace is already the program: jax reuses it (under
+                # the same pass context).
+                entry = (observing, None, decisions, context)
             else:
                 fixed = Session(observing=False, decisions=decisions)
-                entry = (
-                    jax.jit(_entry(self._fun, fixed), **self._jit_kwargs),
-                    fixed,
-                    decisions,
-                )
+                jitted = jax.jit(_entry(self._fun, fixed), **self._jit_kwargs)
+                entry = (jitted, fixed, decisions, ("decide", fixed.token))
             self._compiled[signature] = entry
         return entry
 
+    def _run(self, method: str, args, kwargs):
+        jitted, fixed, _, context = self._prepare(args, kwargs)
+        with PASS_CONTEXT(context):
+            if fixed is None:
+                return getattr(jitted, method)(*args, **kwargs)
+            with session(fixed):
+                return getattr(jitted, method)(*args, **kwargs)
+
     def __call__(self, *args, **kwargs):
-        jitted, fixed, _ = self._prepare(args, kwargs)
-        if fixed is None:
-            return jitted(*args, **kwargs)
-        with session(fixed):
-            try:
-                return jitted(*args, **kwargs)
-            finally:
-                fixed.matrices.clear()
+        return self._run("__call__", args, kwargs)
 
     def lower(self, *args, **kwargs):
         """As `jax.jit(...).lower`, with the decisions fixed."""
-        jitted, fixed, _ = self._prepare(args, kwargs)
-        if fixed is None:
-            return jitted.lower(*args, **kwargs)
-        with session(fixed):
-            try:
-                return jitted.lower(*args, **kwargs)
-            finally:
-                fixed.matrices.clear()
+        return self._run("lower", args, kwargs)
 
 
 def jit(fun: Callable, **jit_kwargs: Any) -> Callable:

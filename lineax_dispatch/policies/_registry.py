@@ -11,6 +11,7 @@ import dataclasses
 import linecache
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,7 @@ class Session:
     it)."""
 
     observing: bool
+    token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     records: dict[Any, SiteRecord] = dataclasses.field(default_factory=dict)
     decisions: dict[Any, Any] = dataclasses.field(default_factory=dict)
     matrices: dict[Any, Any] = dataclasses.field(default_factory=dict)
@@ -96,6 +98,12 @@ class Session:
 # Expected executions of an `mv` traced below the top level of `lxd.jit` (a loop
 # body, a nested jit) when no solver says more.
 NESTED_EXECUTIONS = 10.0
+
+# A jit-cache-sensitive context (`jax.make_user_context`): each `lxd.jit` pass
+# traces under its own value, so that jits nested in the user's function (lineax's
+# `linear_solve` is one) are traced afresh in each pass instead of reusing a trace
+# made under other decisions.
+PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "lineax_dispatch_session", default=None
