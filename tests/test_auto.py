@@ -350,3 +350,44 @@ def test_auto_solver_selects_by_budget_and_tags():
                 np.linalg.solve(op.as_matrix(), b),
                 rtol=1e-7,
             )
+
+
+def test_jit_fixes_solve_decisions_inside_linear_solve(monkeypatch):
+    """Solves inside `lxd.jit` are observed as call sites and their decision reaches
+    the solver's `init` although lineax's `linear_solve` is itself jitted."""
+    import lineax_dispatch.solvers._prepare as prepare_module
+
+    n = 16
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((n, n))
+    a = jnp.asarray(m @ m.T / n + np.eye(n))
+    op = lxd.FunctionLinearOperator(
+        lambda x: a @ x,
+        jax.ShapeDtypeStruct((n,), jnp.float64),
+        lx.positive_semidefinite_tag,
+        policy=lxd.Auto(cost_model=_MATERIALISE_MODEL),
+    )
+    builds = []
+    original = prepare_module.dense_matrix
+
+    def counting(*args, **kwargs):
+        builds.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(prepare_module, "dense_matrix", counting)
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+
+    def f(b):
+        return sum(lx.linear_solve(op, b * i, solver).value for i in (1.0, 2.0, 3.0))
+
+    b = jnp.arange(1.0, n + 1)
+    compiled = lxd.jit(f)
+    out = compiled(b)
+    (decision,) = compiled.decisions(b).values()
+    assert decision.strategy == "Materialise"
+    assert builds
+    np.testing.assert_allclose(out, 6 * np.linalg.solve(np.asarray(a), b), rtol=1e-8)
+    # lineax's jitted linear_solve is traced once for the three identical
+    # signatures, so the observation sees one solve site.
+    (row,) = lxd.explain(f, b).rows
+    assert row.call_sites == 1 and row.decision.strategy == "Materialise"
