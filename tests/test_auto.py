@@ -391,3 +391,18 @@ def test_jit_fixes_solve_decisions_inside_linear_solve(monkeypatch):
     # signatures, so the observation sees one solve site.
     (row,) = lxd.explain(f, b).rows
     assert row.call_sites == 1 and row.decision.strategy == "Materialise"
+
+
+@pytest.mark.parametrize(
+    "policy", [lxd.VmapBatch(), lxd.VmapBatch(batch_size=3), lxd.Scan()]
+)
+def test_batch_policies_apply_stacks(policy):
+    fn, s = _chain(n=8, layers=2)
+    op = lxd.FunctionLinearOperator(fn, s, policy=policy)
+    xs = jnp.asarray(np.random.default_rng(5).standard_normal((7, 8)))
+    expected = jnp.stack([fn(x) for x in xs])
+    out = jax.jit(lambda xs: policy.batch_mv(op, xs))(xs)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    np.testing.assert_allclose(op.mv(xs[0]), expected[0], rtol=1e-12)
+    with pytest.raises(ValueError, match="batch_size"):
+        lxd.VmapBatch(batch_size=0)
