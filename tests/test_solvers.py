@@ -14,6 +14,7 @@ from .solver_problems import (
     CHECK,
     Counter,
     function_operator,
+    matrix,
     reference,
     rhs,
     SOLVERS,
@@ -261,3 +262,31 @@ def test_vmap_over_operator_and_vector(name):
     expected = reference(kind, jnp.float64)
     for i, scale in enumerate([1.0, 1.0, -2.0]):
         np.testing.assert_allclose(out[i], scale * expected, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["cg", "bicgstab", "gmres", "minres", "normal-cg"])
+def test_preconditioner_and_y0_options(name):
+    ours, _, kinds = SOLVERS[name]
+    kind = "psd"
+    a = jnp.asarray(matrix(kind, jnp.float64))
+    operator = lxd.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+    b = jnp.asarray(rhs(kind, jnp.float64))
+    diag = lx.DiagonalLinearOperator(1 / jnp.diag(a))
+    preconditioner = lx.TaggedLinearOperator(diag, lx.positive_semidefinite_tag)
+    options = dict(preconditioner=preconditioner, y0=jnp.ones_like(b))
+    value, result, _ = eqx.filter_jit(_solve)(operator, b, ours(1e-10), options=options)
+    assert result == lx.RESULTS.successful
+    np.testing.assert_allclose(value, reference(kind, jnp.float64), rtol=1e-7)
+    bad = dict(y0=jnp.ones(3))
+    with pytest.raises(ValueError, match=r"options\['y0'\]"):
+        lx.linear_solve(operator, b, ours(1e-10), options=bad)
+
+
+def test_cg_needs_a_definite_preconditioner():
+    a = jnp.asarray(matrix("psd", jnp.float64))
+    operator = lxd.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+    untagged = dict(preconditioner=lx.DiagonalLinearOperator(jnp.ones(a.shape[0])))
+    with pytest.raises(ValueError, match=r"options\['preconditioner'\].*semidefinite"):
+        lx.linear_solve(
+            operator, jnp.ones(a.shape[0]), lxd.CG(1e-8, 1e-8), options=untagged
+        )

@@ -2,7 +2,7 @@
 test and the mapping from how a loop ended to lineax's `RESULTS`."""
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
-from ._flat import Flattener, keep_conj
+from ._flat import Flattener, keep_conj, preconditioner_and_y0
 from ._prepare import expected_iterations, resolve_for_solve
+from ._system import flat_preconditioner, plain_system
 
 
 _State = TypeVar("_State")
@@ -29,6 +30,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
     do (same names, order and defaults).
     """
+
+    # Whether `options["preconditioner"]` must be tagged positive semidefinite.
+    psd_preconditioner: ClassVar[bool] = False
 
     rtol: eqx.AbstractVar[float]
     atol: eqx.AbstractVar[float]
@@ -70,6 +74,40 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             and self.atol == 0
             and self.rtol == 0
         )
+
+    def solve_square(
+        self,
+        operator: lx.AbstractLinearOperator,
+        vector: PyTree[Array],
+        options: dict[str, Any],
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
+        """Reads `options`, builds the square system `operator y = vector` and runs
+        `self.solve_system` on it. Returns the flat solution, the result, the stats
+        and the flattener of the solution."""
+        name = type(self).__name__
+        preconditioner, y0 = preconditioner_and_y0(
+            operator, vector, options, solver_name=name
+        )
+        if (
+            self.psd_preconditioner
+            and preconditioner is not None
+            and not lx.is_positive_semidefinite(preconditioner)
+        ):
+            raise ValueError(
+                f"`options['preconditioner']` of `{name}` must be tagged positive "
+                "semidefinite (`lx.positive_semidefinite_tag`)."
+            )
+        system, y0_flat = plain_system(operator, vector, y0)
+        precond = flat_preconditioner(preconditioner, system.flat)
+        y, result, stats = self.solve_system(system, precond, y0_flat)
+        return y, result, stats, system.flat
+
+    def compute(
+        self, state: Any, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        """For square solvers whose state is the (linearised) operator."""
+        y, result, stats, flat = self.solve_square(state, vector, options)
+        return flat.unravel(y), result, stats
 
     def transpose(self, state: Any, options: dict[str, Any]):
         """For solvers whose state is the (linearised) operator: the transposed

@@ -11,8 +11,8 @@ from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, finish_result
 from ._cg import _check_square
-from ._flat import all_finite, dot, keep_linearise, preconditioner_and_y0
-from ._system import flat_preconditioner, plain_system, System
+from ._flat import all_finite, dot, keep_linearise
+from ._system import System
 
 
 _BiCGStabState: TypeAlias = lx.AbstractLinearOperator
@@ -52,18 +52,6 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
         del options
         _check_square(operator, "BiCGStab")
         return keep_linearise(self.prepare(operator))
-
-    def compute(
-        self, state: _BiCGStabState, vector: PyTree[Array], options: dict[str, Any]
-    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        operator = state
-        preconditioner, y0 = preconditioner_and_y0(
-            operator, vector, options, solver_name="BiCGStab"
-        )
-        system, y0_flat = plain_system(operator, vector, y0)
-        precond = flat_preconditioner(preconditioner, system.flat)
-        y, result, stats = self.solve_system(system, precond, y0_flat)
-        return system.flat.unravel(y), result, stats
 
     def solve_system(
         self, system: System, precond: Callable[[Array], Array], y0: Array

@@ -1,7 +1,7 @@
 """Conjugate gradients with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import equinox.internal as eqxi
 import jax.lax as lax
@@ -16,8 +16,8 @@ from ._base import (
     finish_result,
     transpose_options,
 )
-from ._flat import all_finite, dot, keep_conj, keep_linearise, preconditioner_and_y0
-from ._system import flat_preconditioner, plain_system, System
+from ._flat import all_finite, dot, keep_conj, keep_linearise
+from ._system import System
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
@@ -63,6 +63,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
         ```
     """
 
+    psd_preconditioner: ClassVar[bool] = True
+
     rtol: float
     atol: float
     norm: Callable[[PyTree], Scalar] = max_norm
@@ -96,22 +98,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
         operator, is_nsd = state
-        preconditioner, y0 = preconditioner_and_y0(
-            operator, vector, options, solver_name="CG"
-        )
-        if preconditioner is not None and not lx.is_positive_semidefinite(
-            preconditioner
-        ):
-            raise ValueError(
-                "`options['preconditioner']` of `CG` must be tagged positive "
-                "semidefinite (`lx.positive_semidefinite_tag`)."
-            )
-        system, y0_flat = plain_system(operator, vector, y0)
-        precond = flat_preconditioner(preconditioner, system.flat)
-        y, result, stats = self.solve_system(system, precond, y0_flat)
+        y, result, stats, flat = self.solve_square(operator, vector, options)
         if is_nsd.value:
             y = -y
-        return system.flat.unravel(y), result, stats
+        return flat.unravel(y), result, stats
 
     def solve_system(
         self, system: System, precond: Callable[[Array], Array], y0: Array

@@ -15,10 +15,9 @@ from ._cg import _check_square
 from ._flat import (
     all_finite,
     keep_linearise,
-    preconditioner_and_y0,
     two_norm,
 )
-from ._system import flat_preconditioner, plain_system, System
+from ._system import System
 
 
 _GMRESState: TypeAlias = lx.AbstractLinearOperator
@@ -65,17 +64,6 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         del options
         _check_square(operator, "GMRES")
         return keep_linearise(self.prepare(operator))
-
-    def compute(
-        self, state: _GMRESState, vector: PyTree[Array], options: dict[str, Any]
-    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        preconditioner, y0 = preconditioner_and_y0(
-            state, vector, options, solver_name="GMRES"
-        )
-        system, y0_flat = plain_system(state, vector, y0)
-        precond = flat_preconditioner(preconditioner, system.flat)
-        y, result, stats = self.solve_system(system, precond, y0_flat)
-        return system.flat.unravel(y), result, stats
 
     def solve_system(
         self, system: System, precond: Callable[[Array], Array], y0: Array

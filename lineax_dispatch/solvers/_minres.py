@@ -1,7 +1,7 @@
 """MINRES with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import jax
 import jax.lax as lax
@@ -16,10 +16,9 @@ from ._flat import (
     all_finite,
     dot,
     keep_linearise,
-    preconditioner_and_y0,
     two_norm,
 )
-from ._system import flat_preconditioner, plain_system, System
+from ._system import System
 
 
 _MINRESState: TypeAlias = lx.AbstractLinearOperator
@@ -66,6 +65,8 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         ```
     """
 
+    psd_preconditioner: ClassVar[bool] = True
+
     rtol: float
     atol: float
     norm: Callable[[PyTree], Scalar] = max_norm
@@ -85,25 +86,6 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
                 "`lx.negative_semidefinite_tag`; got one with none of these tags."
             )
         return keep_linearise(self.prepare(operator))
-
-    def compute(
-        self, state: _MINRESState, vector: PyTree[Array], options: dict[str, Any]
-    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        operator = state
-        preconditioner, y0 = preconditioner_and_y0(
-            operator, vector, options, solver_name="MINRES"
-        )
-        if preconditioner is not None and not lx.is_positive_semidefinite(
-            preconditioner
-        ):
-            raise ValueError(
-                "`options['preconditioner']` of `MINRES` must be tagged positive "
-                "semidefinite (`lx.positive_semidefinite_tag`)."
-            )
-        system, y0_flat = plain_system(operator, vector, y0)
-        precond = flat_preconditioner(preconditioner, system.flat)
-        y, result, stats = self.solve_system(system, precond, y0_flat)
-        return system.flat.unravel(y), result, stats
 
     def solve_system(
         self, system: System, precond: Callable[[Array], Array], y0: Array
