@@ -272,7 +272,12 @@ def test_jit_static_args_and_grad():
 
     x = jnp.linspace(0, 1, 32)
     g = lxd.jit(jax.grad(f), static_argnums=1)
-    np.testing.assert_allclose(g(x, 3), jax.jit(jax.grad(f), static_argnums=1)(x, 3))
+    reference = jax.jit(jax.grad(f), static_argnums=1)
+    np.testing.assert_allclose(g(x, 3), reference(x, 3))
+    # A new static value is a new signature: observed and decided afresh.
+    np.testing.assert_allclose(g(x, 5), reference(x, 5))
+    (decision,) = g.decisions(x, 5).values()
+    assert any("5 call site(s)" in reason for reason in decision.reasons)
 
 
 def test_explain_table_and_operator():

@@ -87,8 +87,18 @@ class _CompileAware:
         """The decisions fixed for these arguments' signature (tracing if needed)."""
         return self._prepare(args, kwargs)[2]
 
+    def _static_values(self, args, kwargs) -> tuple:
+        """The values of the static arguments (part of the signature)."""
+        nums = self._jit_kwargs.get("static_argnums", ())
+        names = self._jit_kwargs.get("static_argnames", ())
+        nums = (nums,) if isinstance(nums, int) else tuple(nums)
+        names = (names,) if isinstance(names, str) else tuple(names)
+        values = [args[i] for i in nums if -len(args) <= i < len(args)]
+        values += [(name, kwargs[name]) for name in names if name in kwargs]
+        return tuple(values)
+
     def _prepare(self, args, kwargs):
-        signature = _signature(args, kwargs)
+        signature = (_signature(args, kwargs), self._static_values(args, kwargs))
         entry = self._compiled.get(signature)
         if entry is None:
             observed = Session(observing=True)
@@ -118,6 +128,9 @@ class _CompileAware:
 
     def __call__(self, *args, **kwargs):
         return self._run("__call__", args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"lxd.jit({self._fun!r})"
 
     def lower(self, *args, **kwargs):
         """As `jax.jit(...).lower`, with the decisions fixed."""
