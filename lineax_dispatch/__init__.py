@@ -51,6 +51,8 @@ from .policies import (
 from .solvers import (
     AbstractOneSiteSolver as AbstractOneSiteSolver,
     AutoSolver as AutoSolver,
+    batch_mv as batch_mv,
+    batch_solve as batch_solve,
     BiCGStab as BiCGStab,
     CG as CG,
     GMRES as GMRES,

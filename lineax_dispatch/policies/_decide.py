@@ -194,12 +194,27 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
 
 
 def _decide_batch(o: Observation, model: CostModel) -> Decision:
-    """Many vectors at once: all in lockstep if the workspace fits, else chunks,
-    else one at a time."""
+    """Many vectors at once: materialise when there are at least as many vectors as
+    unknowns and the matrix fits; else all in lockstep if the workspace fits, else
+    chunks, else one at a time."""
     per_vector = max(
         o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize
     )
     budget = o.memory_budget
+    if not o.explicit and o.batch >= o.in_size:
+        chunk = _build_chunk(o, model)
+        if chunk is not None:
+            needed = materialise_memory(o, chunk)
+            return Decision(
+                Materialise(batch_size=chunk),
+                (
+                    f"{o.batch} vectors for {o.in_size} unknowns, and the matrix "
+                    f"with its build ({format_bytes(needed)}) fits the budget of "
+                    f"{format_bytes(budget)}: build it once, then one matrix "
+                    "product for the whole stack.",
+                ),
+                memory_needed=needed,
+            )
     if o.batch * per_vector <= budget:
         return Decision(
             VmapBatch(),

@@ -3,6 +3,7 @@
 
 from ._auto_solver import AutoSolver as AutoSolver
 from ._base import AbstractOneSiteSolver as AbstractOneSiteSolver
+from ._batch import batch_mv as batch_mv, batch_solve as batch_solve
 from ._bicgstab import BiCGStab as BiCGStab
 from ._cg import CG as CG
 from ._gmres import GMRES as GMRES

@@ -1,0 +1,218 @@
+"""`batch_mv` and `batch_solve`: one operator, a stack of vectors."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+from jaxtyping import Array, PyTree
+
+from ..operators import AbstractDispatchOperator, MatrixLinearOperator, with_policy
+from ..policies import (
+    AbstractPolicy,
+    Auto,
+    check_policy,
+    dense_matrix,
+    Lazy,
+    Materialise,
+    Scan,
+    VmapBatch,
+)
+from ..policies._dense import check_batch_size
+from ._prepare import _single_array, _tags, expected_iterations
+
+
+def check_vectors(
+    vectors: PyTree[Any], structure: PyTree[jax.ShapeDtypeStruct], what: str
+) -> int:
+    """Checks that `vectors` is `structure` with a leading batch axis on every leaf.
+
+    **Returns:**
+
+    The batch size.
+
+    **Raises:**
+
+    `ValueError` naming `vectors`, with what was expected and what was given.
+    """
+    leaves, treedef = jtu.tree_flatten(vectors)
+    expected_leaves, expected_treedef = jtu.tree_flatten(structure)
+    expected = jtu.tree_map(
+        lambda s: f"[batch, {', '.join(map(str, s.shape))}] {s.dtype}", structure
+    )
+    got = jtu.tree_map(lambda x: f"{list(jnp.shape(x))} {jnp.result_type(x)}", vectors)
+    message = (
+        f"`vectors` must match the operator's {what} with a leading batch axis on "
+        f"every leaf: expected {expected}, got {got}"
+    )
+    if treedef != expected_treedef:
+        raise ValueError(message + " (a different PyTree structure).")
+    sizes = set()
+    for leaf, spec in zip(leaves, expected_leaves):
+        shape = tuple(jnp.shape(leaf))
+        if len(shape) != len(spec.shape) + 1 or shape[1:] != tuple(spec.shape):
+            raise ValueError(message + ".")
+        if jnp.result_type(leaf) != jnp.dtype(spec.dtype):
+            raise ValueError(message + " (a different dtype).")
+        sizes.add(shape[0])
+    if len(sizes) > 1:
+        raise ValueError(
+            message + f" (leaves with different batch sizes {sorted(sizes)})."
+        )
+    batch = sizes.pop() if sizes else 0
+    if batch == 0:
+        raise ValueError(message + " (an empty batch).")
+    return batch
+
+
+def _resolve_policy(
+    operator: lx.AbstractLinearOperator, policy: AbstractPolicy | None
+) -> tuple[lx.AbstractLinearOperator, AbstractPolicy]:
+    if policy is not None:
+        operator = with_policy(operator, check_policy(policy))
+    if isinstance(operator, AbstractDispatchOperator):
+        return operator, operator.policy
+    return operator, Lazy()
+
+
+def _apply_stack(fn, vectors, strategy: AbstractPolicy):
+    """`fn` on each vector of the stack, as `strategy` says."""
+    if isinstance(strategy, Scan):
+        return lax.map(fn, vectors)
+    if isinstance(strategy, VmapBatch) and strategy.batch_size is not None:
+        return lax.map(fn, vectors, batch_size=strategy.batch_size)
+    return jax.vmap(fn)(vectors)
+
+
+def _materialised(operator: lx.AbstractLinearOperator, batch_size: int | None):
+    """The operator as a matrix operator (built once), where its structures allow."""
+    if isinstance(operator, MatrixLinearOperator):
+        return operator
+    if _single_array(operator.in_structure()) and _single_array(
+        operator.out_structure()
+    ):
+        matrix = dense_matrix(operator, batch_size)
+        return MatrixLinearOperator(matrix, _tags(operator), policy=Lazy())
+    return lx.materialise(operator)
+
+
+def batch_mv(
+    operator: lx.AbstractLinearOperator,
+    vectors: PyTree[Array],
+    *,
+    policy: AbstractPolicy | None = None,
+) -> PyTree[Array]:
+    """Applies `operator` to every vector of a stack.
+
+    The strategy is the operator's policy (or `policy`): `VmapBatch` in lockstep or
+    in chunks, `Scan` one at a time, `Materialise` one matrix-matrix product for the
+    whole stack, `Lazy`/`Outline` a `vmap` of their `mv`; `Auto` chooses from the
+    memory budget (workspace per vector x batch) and from the batch size against
+    the operator's size.
+
+    **Arguments:**
+
+    - `operator`: a lineax operator.
+    - `vectors`: a PyTree matching `operator.in_structure()` with a leading batch
+        axis on every leaf.
+    - `policy`: overrides the operator's policy for this call.
+
+    **Returns:**
+
+    The outputs, stacked along a leading batch axis.
+
+    !!! Example
+
+        ```python
+        ys = lxd.batch_mv(op, xs)   # xs: (batch, n)
+        ```
+    """
+    batch = check_vectors(vectors, operator.in_structure(), "input structure")
+    operator, strategy = _resolve_policy(operator, policy)
+    if isinstance(strategy, Auto):
+        strategy = strategy.decision(operator, batch=batch).policy
+    if isinstance(strategy, Materialise):
+        operator = _materialised(operator, strategy.batch_size)
+        strategy = VmapBatch()
+    return _apply_stack(operator.mv, vectors, strategy)
+
+
+def batch_solve(
+    operator: lx.AbstractLinearOperator,
+    vectors: PyTree[Array],
+    solver: lx.AbstractLinearSolver = lx.AutoLinearSolver(well_posed=True),
+    *,
+    policy: AbstractPolicy | None = None,
+    options: dict[str, Any] | None = None,
+    throw: bool = True,
+    batch_size: int | None = None,
+) -> lx.Solution:
+    """Solves `operator x = b` for every right-hand side `b` of a stack.
+
+    The solver's `init` runs once, so a direct solver factors once and back-solves
+    every right-hand side. The right-hand sides are then solved in lockstep
+    (`vmap`), in chunks of `batch_size` (`jax.lax.map(..., batch_size=)`) or one at a
+    time, as `batch_size` or the operator's policy says; with `Auto` the decision
+    counts the whole batch: when there are at least as many right-hand sides as
+    unknowns and the matrix fits the memory budget, the operator is materialised
+    once.
+
+    **Arguments:**
+
+    - `operator`: a lineax operator.
+    - `vectors`: a PyTree matching `operator.out_structure()` with a leading batch
+        axis on every leaf.
+    - `solver`: any lineax solver. Defaults to `lx.AutoLinearSolver(well_posed=True)`.
+    - `policy`: overrides the operator's policy for this solve.
+    - `options`: the solver's options, shared by every right-hand side.
+    - `throw`: raise if any solve fails (`True`), or report per right-hand side in
+        `Solution.result`.
+    - `batch_size`: solve this many right-hand sides at a time; `None` lets the
+        policy decide (all at once unless the memory budget says otherwise).
+
+    **Returns:**
+
+    An `lx.Solution` whose `value`, `result` and `stats` have a leading batch axis.
+
+    !!! Example
+
+        ```python
+        sol = lxd.batch_solve(op, bs, lx.LU())   # bs: (batch, n)
+        ```
+    """
+    batch_size = check_batch_size(batch_size)
+    batch = check_vectors(vectors, operator.out_structure(), "output structure")
+    options = {} if options is None else options
+    operator, strategy = _resolve_policy(operator, policy)
+    if isinstance(strategy, Auto):
+        executions = expected_iterations(
+            getattr(solver, "max_steps", None), operator.in_size()
+        )
+        strategy = strategy.decision(
+            operator, executions=executions, batch=batch
+        ).policy
+    if isinstance(strategy, Materialise):
+        operator = _materialised(operator, strategy.batch_size)
+        strategy = VmapBatch()
+    elif isinstance(strategy, (VmapBatch, Scan)) and isinstance(
+        operator, AbstractDispatchOperator
+    ):
+        # Each right-hand side applies the operator inline.
+        operator = with_policy(operator, Lazy())
+    if batch_size is not None:
+        strategy = VmapBatch(batch_size=batch_size)
+    dynamic, static = eqx.partition(operator, eqx.is_array)
+    stopped = eqx.combine(lax.stop_gradient(dynamic), static)
+    state = solver.init(stopped, options)
+
+    def solve_one(vector):
+        sol = lx.linear_solve(
+            operator, vector, solver, options=options, state=state, throw=throw
+        )
+        return sol.value, sol.result, sol.stats
+
+    value, result, stats = _apply_stack(solve_one, vectors, strategy)
+    return lx.Solution(value=value, result=result, stats=stats, state=state)

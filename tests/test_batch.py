@@ -1,0 +1,136 @@
+"""batch_mv and batch_solve against vmapped lineax."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+
+N, B = 6, 5
+
+
+def _spd():
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((N, N))
+    return jnp.asarray(m @ m.T / N + np.eye(N))
+
+
+def _function_operator(a, policy=None):
+    kwargs = {} if policy is None else {"policy": policy}
+    return lxd.FunctionLinearOperator(
+        eqx.Partial(lambda a, x: a @ x, a),
+        jax.ShapeDtypeStruct((N,), jnp.float64),
+        lx.positive_semidefinite_tag,
+        closure_convert=False,
+        **kwargs,
+    )
+
+
+_RHS = jnp.asarray(np.random.default_rng(1).standard_normal((B, N)))
+
+_POLICIES = [
+    None,
+    lxd.Lazy(),
+    lxd.Materialise(2),
+    lxd.VmapBatch(),
+    lxd.VmapBatch(batch_size=2),
+    lxd.Scan(),
+    lxd.Auto(),
+]
+
+
+@pytest.mark.parametrize("policy", _POLICIES)
+def test_batch_mv(policy):
+    a = _spd()
+    op = _function_operator(a)
+    out = jax.jit(lambda xs: lxd.batch_mv(op, xs, policy=policy))(_RHS)
+    np.testing.assert_allclose(out, _RHS @ a.T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("policy", [None, lxd.Materialise(2), lxd.Scan()])
+@pytest.mark.parametrize(
+    "solver",
+    [lx.LU(), lxd.CG(rtol=1e-10, atol=1e-10), lxd.GMRES(rtol=1e-10, atol=1e-10)],
+    ids=["lu", "cg", "gmres"],
+)
+def test_batch_solve_matches_vmapped_lineax(solver, policy):
+    a = _spd()
+    op = _function_operator(a)
+
+    def ours(a, bs):
+        sol = lxd.batch_solve(_function_operator(a), bs, solver, policy=policy)
+        return sol.value
+
+    def theirs(a, bs):
+        plain = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+        return jax.vmap(lambda b: lx.linear_solve(plain, b, solver).value)(bs)
+
+    np.testing.assert_allclose(jax.jit(ours)(a, _RHS), theirs(a, _RHS), rtol=1e-8)
+    sol = lxd.batch_solve(op, _RHS, solver, batch_size=2, throw=False)
+    assert sol.value.shape == (B, N)
+    assert sol.result._value.shape == (B,)
+    assert (sol.result._value == lx.RESULTS.successful._value).all()
+    # Gradients with respect to the operator and the right-hand sides.
+    loss_ours = lambda a, bs: jnp.sum(ours(a, bs) ** 2)
+    loss_theirs = lambda a, bs: jnp.sum(theirs(a, bs) ** 2)
+    g_ours = jax.jit(jax.grad(loss_ours, argnums=(0, 1)))(a, _RHS)
+    g_theirs = jax.grad(loss_theirs, argnums=(0, 1))(a, _RHS)
+    for x, y in zip(g_ours, g_theirs):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8)
+
+
+def test_vmap_of_batch_solve_and_failures_per_rhs():
+    a = _spd()
+    stacks = jnp.stack([_RHS, 2 * _RHS])
+    out = jax.vmap(lambda bs: lxd.batch_solve(_function_operator(a), bs).value)(stacks)
+    np.testing.assert_allclose(out[1], 2 * out[0], rtol=1e-10)
+    bad = _RHS.at[2, 0].set(jnp.nan)
+    sol = lxd.batch_solve(
+        _function_operator(a), bad, lxd.CG(rtol=1e-8, atol=1e-8), throw=False
+    )
+    codes = np.asarray(sol.result._value)
+    assert codes[2] == lx.RESULTS.nonfinite_input._value
+    assert (np.delete(codes, 2) == lx.RESULTS.successful._value).all()
+    with pytest.raises(Exception, match="non-finite"):
+        lxd.batch_solve(_function_operator(a), bad, lxd.CG(rtol=1e-8, atol=1e-8))
+
+
+def test_auto_materialises_for_many_right_hand_sides():
+    op = _function_operator(_spd())
+    few = op.policy.decision(op, batch=2)
+    many = op.policy.decision(op, batch=N)
+    assert few.strategy == "VmapBatch"
+    assert many.strategy == "Materialise"
+
+
+@pytest.mark.parametrize(
+    "vectors,match",
+    [
+        ((jnp.ones((3, N)), jnp.ones((3, N))), "PyTree structure"),
+        (jnp.ones((0, N)), "empty batch"),
+        (jnp.ones((3, N + 1)), "expected"),
+        (jnp.ones(N), "expected"),
+        (jnp.ones((3, N), jnp.float32), "dtype"),
+    ],
+)
+def test_bad_vectors(vectors, match):
+    op = _function_operator(_spd())
+    with pytest.raises(ValueError, match=f"`vectors`.*{match}"):
+        lxd.batch_solve(op, vectors)
+    with pytest.raises(ValueError, match="`vectors`"):
+        lxd.batch_mv(op, vectors)
+
+
+def test_leaves_with_different_batch_sizes():
+    structure = {
+        "a": jax.ShapeDtypeStruct((2,), jnp.float64),
+        "b": jax.ShapeDtypeStruct((3,), jnp.float64),
+    }
+    op = lxd.IdentityLinearOperator(structure)
+    vectors = {"a": jnp.ones((4, 2)), "b": jnp.ones((5, 3))}
+    with pytest.raises(ValueError, match="different batch sizes"):
+        lxd.batch_mv(op, vectors)
