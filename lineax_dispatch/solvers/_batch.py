@@ -1,5 +1,6 @@
 """`batch_mv` and `batch_solve`: one operator, a stack of vectors."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
@@ -8,6 +9,8 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, PyTree
 
 from ..operators import AbstractDispatchOperator, MatrixLinearOperator, with_policy
@@ -66,6 +69,25 @@ def check_vectors(
     if batch == 0:
         raise ValueError(message + " (an empty batch).")
     return batch
+
+
+def _without_explicit_axes(x: Any) -> Any:
+    """A concrete array sharded over a mesh with explicit axes, moved to the same
+    devices and partition with automatic axes: lineax's structure check rejects
+    vectors whose type carries an explicit sharding, and a sharding annotation is
+    not a mismatch here."""
+    sharding = getattr(x, "sharding", None)
+    if isinstance(x, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
+        return x
+    mesh = sharding.mesh
+    if all(t != jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return x
+    auto = jax.sharding.Mesh(
+        mesh.devices,
+        mesh.axis_names,
+        axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names),
+    )
+    return jax.device_put(x, NamedSharding(auto, sharding.spec))
 
 
 def _resolve_policy(
@@ -149,6 +171,8 @@ def batch_solve(
     options: dict[str, Any] | None = None,
     throw: bool = True,
     batch_size: int | None = None,
+    mesh: jax.sharding.Mesh | Sequence[jax.Device] | None = None,
+    progress: bool = False,
 ) -> lx.Solution:
     """Solves `operator x = b` for every right-hand side `b` of a stack.
 
@@ -172,6 +196,13 @@ def batch_solve(
         `Solution.result`.
     - `batch_size`: solve this many right-hand sides at a time; `None` lets the
         policy decide (all at once unless the memory budget says otherwise).
+    - `mesh`: a `jax.sharding.Mesh` (its first axis is used) or a list of devices:
+        the right-hand sides are sharded over it along the batch axis (padded to a
+        multiple of its size), the operator replicated. Results equal the
+        unsharded ones.
+    - `progress`: show a progress bar (tqdm) over chunks of `batch_size` right-hand
+        sides. Only when called from Python, not under `jit`/`vmap`/`grad` (each
+        chunk is then a separate jitted call).
 
     **Returns:**
 
@@ -185,7 +216,16 @@ def batch_solve(
     """
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
+    vectors = jtu.tree_map(_without_explicit_axes, vectors)
     options = {} if options is None else options
+    if progress:
+        return _with_progress(
+            operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
+        )
+    if mesh is not None:
+        return _sharded(
+            operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
+        )
     operator, strategy = _resolve_policy(operator, policy)
     if isinstance(strategy, Auto):
         executions = expected_iterations(
@@ -216,3 +256,90 @@ def batch_solve(
 
     value, result, stats = _apply_stack(solve_one, vectors, strategy)
     return lx.Solution(value=value, result=result, stats=stats, state=state)
+
+
+def _as_mesh(mesh: Any) -> jax.sharding.Mesh:
+    if isinstance(mesh, jax.sharding.Mesh):
+        return mesh
+    devices = list(mesh)
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+        raise ValueError(
+            "`mesh` must be a `jax.sharding.Mesh` or a non-empty list of devices; "
+            f"got {mesh!r}."
+        )
+    return jax.sharding.Mesh(
+        np.array(devices), ("batch",), axis_types=(jax.sharding.AxisType.Auto,)
+    )
+
+
+def _sharded(operator, vectors, solver, batch, policy, options, throw, size, mesh):
+    """`batch_solve` with the right-hand sides sharded over `mesh`'s first axis."""
+    mesh = _as_mesh(mesh)
+    axis = mesh.axis_names[0]
+    shards = mesh.shape[axis]
+    padded = -(-batch // shards) * shards
+    sharding = NamedSharding(mesh, PartitionSpec(axis))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def pad(x):
+        extra = jnp.broadcast_to(x[:1], (padded - batch,) + x.shape[1:])
+        return lax.with_sharding_constraint(jnp.concatenate([x, extra]), sharding)
+
+    vectors = jtu.tree_map(pad, vectors)
+    dynamic, static = eqx.partition(operator, eqx.is_array)
+    dynamic = jtu.tree_map(
+        lambda x: lax.with_sharding_constraint(x, replicated), dynamic
+    )
+    operator = eqx.combine(dynamic, static)
+    sol = batch_solve(
+        operator,
+        vectors,
+        solver,
+        policy=policy,
+        options=options,
+        throw=throw,
+        batch_size=size,
+    )
+    return jtu.tree_map(
+        lambda x: x[:batch] if eqx.is_array(x) and x.shape[:1] == (padded,) else x,
+        sol,
+    )
+
+
+def _with_progress(
+    operator, vectors, solver, batch, policy, options, throw, size, mesh
+):
+    """`batch_solve` chunk by chunk from Python, with a tqdm progress bar."""
+    if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(vectors)):
+        raise ValueError(
+            "`progress=True` needs `batch_solve` to be called from Python, not under "
+            "`jit`, `vmap` or `grad` (got traced `vectors`)."
+        )
+    from tqdm.auto import tqdm
+
+    size = batch if size is None else size
+
+    @eqx.filter_jit
+    def chunk_solve(operator, chunk):
+        return batch_solve(
+            operator,
+            chunk,
+            solver,
+            policy=policy,
+            options=options,
+            throw=throw,
+            mesh=mesh,
+        )
+
+    pieces = []
+    with tqdm(total=batch, desc="batch_solve", unit="rhs") as bar:
+        for start in range(0, batch, size):
+            chunk = jtu.tree_map(lambda x: x[start : start + size], vectors)
+            pieces.append(chunk_solve(operator, chunk))
+            bar.update(min(size, batch - start))
+    return jtu.tree_map(
+        lambda *xs: (
+            jnp.concatenate(xs) if eqx.is_array(xs[0]) and xs[0].ndim else xs[0]
+        ),
+        *pieces,
+    )

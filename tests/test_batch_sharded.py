@@ -1,0 +1,58 @@
+"""batch_solve sharded over 8 (host) devices, run in a subprocess so that the
+device count can be set before jax starts."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, lineax as lx, numpy as np
+    jax.config.update("jax_enable_x64", True)
+    import lineax_dispatch as lxd
+
+    assert len(jax.devices()) == 8, jax.devices()
+    n, batch = 6, 13
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((n, n))
+    a = jnp.asarray(m @ m.T / n + np.eye(n))
+    op = lxd.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+    bs = jnp.asarray(rng.standard_normal((batch, n)))
+    expected = np.linalg.solve(np.asarray(a), np.asarray(bs).T).T
+    for solver in (lx.LU(), lxd.CG(rtol=1e-10, atol=1e-10)):
+        plain = lxd.batch_solve(op, bs, solver)
+        by_list = lxd.batch_solve(op, bs, solver, mesh=jax.devices())
+        mesh = jax.make_mesh((8,), ("rhs",), axis_types=(jax.sharding.AxisType.Auto,))
+        by_mesh = jax.jit(lambda b: lxd.batch_solve(op, b, solver, mesh=mesh).value)(bs)
+        np.testing.assert_allclose(plain.value, expected, rtol=1e-8)
+        np.testing.assert_allclose(by_list.value, plain.value, rtol=1e-12)
+        np.testing.assert_allclose(by_mesh, plain.value, rtol=1e-12)
+        assert by_list.value.shape == (batch, n)
+        assert by_list.result._value.shape == (batch,)
+    # Right-hand sides that arrive sharded with explicit axes: only the sharding
+    # annotation differs from the operator's structure, and that is accepted.
+    explicit = jax.make_mesh((8,), ("b",), axis_types=(jax.sharding.AxisType.Explicit,))
+    padded = jnp.concatenate([bs, bs[:3]])
+    sharded = jax.device_put(
+        padded, jax.sharding.NamedSharding(explicit, jax.sharding.PartitionSpec("b"))
+    )
+    out = lxd.batch_solve(op, sharded, lx.LU()).value
+    np.testing.assert_allclose(np.asarray(out)[:batch], expected, rtol=1e-8)
+    print("OK")
+    """
+)
+
+
+def test_batch_solve_sharded_over_eight_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env.pop("JAX_PLATFORMS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
