@@ -134,3 +134,15 @@ def test_leaves_with_different_batch_sizes():
     vectors = {"a": jnp.ones((4, 2)), "b": jnp.ones((5, 3))}
     with pytest.raises(ValueError, match="different batch sizes"):
         lxd.batch_mv(op, vectors)
+
+
+def test_progress_bar_chunks_from_python(capsys):
+    a = _spd()
+    op = _function_operator(a)
+    plain = lxd.batch_solve(op, _RHS, lx.LU())
+    shown = lxd.batch_solve(op, _RHS, lx.LU(), progress=True, batch_size=2)
+    np.testing.assert_allclose(shown.value, plain.value, rtol=1e-12)
+    assert shown.result._value.shape == (B,)
+    assert "batch_solve" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="progress"):
+        jax.jit(lambda bs: lxd.batch_solve(op, bs, progress=True).value)(_RHS)
