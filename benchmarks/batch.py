@@ -1,0 +1,348 @@
+"""Many right-hand sides at once: `lxd.batch_solve` against a Python loop, against
+the direct-solver limit, against a vmapped lineax CG, and its peak memory under a
+memory budget.
+
+What is measured
+----------------
+
+(a) Dense SPD `A = M M^T / n + I` (`n = 512`, float32) with `B = 1, 16, 256`
+    right-hand sides, run times only (each program compiled and called once
+    first; then the median of several calls, `block_until_ready`):
+
+    batch_solve  jit(lxd.batch_solve(lxd.MatrixLinearOperator(A), bs, lx.LU()))
+    loop         a Python loop over the B right-hand sides of
+                 jit(lx.linear_solve(lx.MatrixLinearOperator(A), b, lx.LU())),
+                 which factors A on every call
+    limit        jit(lu_solve(lu_factor(A), bs.T)): one factorisation, one
+                 matrix right-hand side
+
+    Reported: batch_solve / limit and loop / batch_solve.
+
+(b) The expensive matrix-free SPD operator of `solvers.py` (`x -> SHIFT x +
+    C^T (C x)`, `C` a chain of 16 dense 256 x 256 float32 layers, weights in an
+    `eqx.Partial` with `closure_convert=False` so that they are jit arguments,
+    scaled so that CG converges in a few tens of steps), 512 right-hand sides:
+
+    auto       jit(lxd.batch_solve(op with lxd.Auto(), bs, lxd.CG(...)))
+    lineax     jit(jax.vmap(lambda b: lx.linear_solve(plain op, b, lx.CG(...))))
+
+    both with `rtol = atol = 1e-5`, `max_steps = 200`, timed as in
+    `_common.time_program` (trace + lower + compile + first call, then the
+    median run). Auto's decision (with the executions `batch_solve` counts) is
+    recorded: with at least as many right-hand sides as unknowns and the matrix
+    within the budget it materialises once and vmaps CG on the matrix.
+
+(c) Peak memory of a large batch of CG solves (2048 right-hand sides) on a cheap
+    matrix-free SPD operator (`x -> d * x`, `n = 8192`, `d ~ U(SHIFT, 1 + SHIFT)`):
+    `lxd.Auto(memory_budget=...)` with a budget small enough that Auto chooses
+    chunks (`VmapBatch(batch_size=k)`) against `lxd.VmapBatch()` (all in lockstep).
+    With batch >= n Auto materialises (or, when even that does not fit, scans),
+    so the operator is wider than the batch here (at n = 16384 both lineax's and
+    this package's CG break down after 1-2 steps in float32, so n = 8192). Each
+    program is compiled first; then freed heap is returned to the OS
+    (`malloc_trim(0)`), the peak RSS is reset (`5 > /proc/self/clear_refs`) and
+    the run's growth is `VmHWM` after the call minus `VmRSS` before it. Chunked
+    runs first (in case the reset is unavailable and `VmHWM` is monotone).
+
+`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
+
+How to run
+----------
+
+    .venv/bin/python benchmarks/batch.py            # the sizes above, ~3 minutes
+    .venv/bin/python benchmarks/batch.py --quick    # small sizes, < 1 minute
+
+Results: `benchmarks/results/batch.json` and `benchmarks/results/batch.png`
+(`--out` to change the folder).
+
+Code: this file (measurements, main) and `_batch_report.py` (table, acceptance,
+plot); shared: `_common.py`, `_operators.py`, `_plotting.py`, `_solvers_measure.py`.
+"""
+
+# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
+import _common
+
+
+# isort: split
+import argparse
+import ctypes
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import lineax as lx
+from _batch_report import ACCEPTANCE, acceptance, format_report, plot
+from _common import RESULTS_DIR, SEED, timed
+from _solvers_measure import make_spd, make_weights, SHIFT
+
+import lineax_dispatch as lxd
+from lineax_dispatch.solvers._prepare import expected_iterations
+
+
+RTOL = ATOL = 1e-5  # as `_batch_report.RTOL`
+MAX_STEPS = 200
+FULL = dict(
+    dense_n=512, dense_batches=(1, 16, 256), n=256, layers=16, rhs=512,
+    mem_n=8192, mem_rhs=2048,
+)  # fmt: skip
+QUICK = dict(
+    dense_n=128, dense_batches=(1, 4, 32), n=64, layers=4, rhs=128,
+    mem_n=4096, mem_rhs=1024,
+)  # fmt: skip
+
+
+def median_time(thunk, runs: int) -> float:
+    jax.block_until_ready(thunk())
+    return statistics.median(
+        timed(lambda: jax.block_until_ready(thunk()))[1] for _ in range(runs)
+    )
+
+
+# --------------------------------------------------------------------------------------
+# (a) dense LU
+
+
+def dense_part(n: int, batches: Sequence[int], runs: int) -> list[dict]:
+    k1, k2 = jax.random.split(jax.random.key(SEED))
+    m = jax.random.normal(k1, (n, n), jnp.float32)
+    a = m @ m.T / n + jnp.eye(n, dtype=jnp.float32)
+    batched = jax.jit(
+        lambda a, bs: lxd.batch_solve(lxd.MatrixLinearOperator(a), bs, lx.LU()).value
+    )
+    single = jax.jit(
+        lambda a, b: lx.linear_solve(lx.MatrixLinearOperator(a), b, lx.LU()).value
+    )
+    limit = jax.jit(lambda a, bs: jsl.lu_solve(jsl.lu_factor(a), bs.T).T)
+    rows = []
+    for b in batches:
+        bs = jax.random.normal(jax.random.fold_in(k2, b), (b, n), jnp.float32)
+        cols = [bs[i] for i in range(b)]
+        t_batch = median_time(lambda: batched(a, bs), runs)
+        t_limit = median_time(lambda: limit(a, bs), runs)
+        t_loop = median_time(lambda: [single(a, c) for c in cols], max(3, runs // 3))
+        x = batched(a, bs)
+        residual = float(jnp.linalg.norm(x @ a.T - bs) / jnp.linalg.norm(bs))
+        rows.append(
+            dict(
+                batch=b,
+                batch_solve_s=t_batch,
+                loop_s=t_loop,
+                limit_s=t_limit,
+                batch_solve_over_limit=t_batch / t_limit,
+                loop_over_batch_solve=t_loop / t_batch,
+                residual=residual,
+            )
+        )
+        print(f"  (a) B={b}: done", flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# (b) expensive matrix-free operator, CG
+
+
+def cg_part(n: int, layers: int, rhs: int) -> dict:
+    weights, scales, factor = make_weights(n, layers)
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    tag = lx.positive_semidefinite_tag
+    ours = lxd.FunctionLinearOperator(
+        make_spd(weights, scales), structure, tag, False, policy=lxd.Auto()
+    )
+    plain = lx.FunctionLinearOperator(make_spd(weights, scales), structure, tag, False)
+    bs = jax.random.normal(jax.random.key(SEED + 1), (rhs, n), jnp.float32)
+    executions = expected_iterations(MAX_STEPS, n)
+    decision = ours.policy.decision(ours, batch=rhs, executions=executions)
+    solver = lxd.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
+    lx_solver = lx.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
+
+    params_o, static_o = eqx.partition(ours, eqx.is_array)
+    params_p, static_p = eqx.partition(plain, eqx.is_array)
+
+    def auto(params, bs):
+        sol = lxd.batch_solve(eqx.combine(params, static_o), bs, solver, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    def vmapped(params, bs):
+        op = eqx.combine(params, static_p)
+
+        def one(b):
+            sol = lx.linear_solve(op, b, lx_solver, throw=False)
+            return sol.value, sol.stats["num_steps"]
+
+        return jax.vmap(one)(bs)
+
+    out = dict(
+        decision=dict(
+            strategy=decision.strategy,
+            policy=repr(decision.policy),
+            reasons=list(decision.reasons),
+            memory_needed=decision.memory_needed,
+            executions=executions,
+            memory_budget=ours.policy.budget(),
+        ),
+        scale_factor_per_layer=factor,
+    )
+    for name, program, params in (
+        ("auto", auto, params_o),
+        ("lineax", vmapped, params_p),
+    ):
+        timings, _, (x, steps) = _common.time_program(program, params, bs, 3)
+        residual = jnp.linalg.norm(jax.vmap(plain.mv)(x) - bs, axis=1)
+        timings.update(
+            total_s=timings["compile_total_s"] + timings["run_s"],
+            max_residual=float(jnp.max(residual / jnp.linalg.norm(bs, axis=1))),
+            steps_max=int(jnp.max(steps)),
+            steps_median=float(jnp.median(steps)),
+        )
+        out[name] = timings
+        print(f"  (b) {name}: done", flush=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# (c) peak memory under a budget
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def _reset_peak() -> bool:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory_part(n: int, rhs: int) -> dict:
+    k1, k2 = jax.random.split(jax.random.key(SEED + 2))
+    d = jax.random.uniform(k1, (n,), jnp.float32, SHIFT, 1 + SHIFT)
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    fn = eqx.Partial(lambda d, x: d * x, d)
+    bs = jax.random.normal(k2, (rhs, n), jnp.float32)
+    executions = expected_iterations(MAX_STEPS, n)
+    solver = lxd.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
+
+    def op_with(policy):
+        return lxd.FunctionLinearOperator(
+            fn, structure, lx.positive_semidefinite_tag, False, policy=policy
+        )
+
+    # The largest power-of-two budget that makes Auto solve in chunks of <= rhs/8.
+    budget, decision = 1 << 40, None
+    while budget > 1 << 16:
+        policy = lxd.Auto(memory_budget=budget)
+        d_ = policy.decision(op_with(policy), batch=rhs, executions=executions)
+        bsz = getattr(d_.policy, "batch_size", None)
+        if isinstance(d_.policy, lxd.VmapBatch) and bsz is not None and bsz <= rhs // 8:
+            decision = d_
+            break
+        budget //= 2
+    assert decision is not None, "no budget makes Auto chunk"
+    out = dict(
+        budget=budget,
+        decision=dict(policy=repr(decision.policy), reasons=list(decision.reasons)),
+        vectors_mb=rhs * n * 4 / 2**20,
+    )
+    reset_ok = True
+    for name, policy in (
+        ("auto_chunked", lxd.Auto(memory_budget=budget)),
+        ("lockstep", lxd.VmapBatch()),
+    ):
+        params, static = eqx.partition(op_with(policy), eqx.is_array)
+
+        def program(params, bs):
+            sol = lxd.batch_solve(eqx.combine(params, static), bs, solver, throw=False)
+            return sol.value, sol.stats["num_steps"]
+
+        compiled, compile_s = timed(
+            lambda: jax.jit(program).lower(params, bs).compile()
+        )
+        reset_ok &= _reset_peak()
+        before = _status_kb("VmRSS")
+        (x, steps), run_s = timed(lambda: jax.block_until_ready(compiled(params, bs)))
+        peak = _status_kb("VmHWM")
+        residual = jnp.linalg.norm(d * x - bs, axis=1) / jnp.linalg.norm(bs, axis=1)
+        out[name] = dict(
+            rss_before_mb=before / 1024,
+            peak_mb=peak / 1024,
+            growth_mb=(peak - before) / 1024,
+            compile_s=compile_s,
+            run_s=run_s,
+            steps_max=int(jnp.max(steps)),
+            max_residual=float(jnp.max(residual)),
+        )
+        del x, steps
+        print(f"  (c) {name}: done", flush=True)
+    out["peak_reset_available"] = reset_ok
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Main
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, < 1 minute")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    env = _common.environment()
+    config = dict(
+        QUICK if args.quick else FULL,
+        dtype="float32",
+        rtol=RTOL,
+        atol=ATOL,
+        max_steps=MAX_STEPS,
+        shift=SHIFT,
+        seed=SEED,
+        quick=args.quick,
+    )
+    _common.print_setup(env, config)
+    runs = 5 if args.quick else 9
+    mem = memory_part(config["mem_n"], config["mem_rhs"])
+    dense = dense_part(config["dense_n"], config["dense_batches"], runs)
+    cg = cg_part(config["n"], config["layers"], config["rhs"])
+    accept = acceptance(dense, cg)
+    elapsed = time.perf_counter() - start
+    print()
+    print(format_report(dense, cg, mem, config))
+    print()
+    print("acceptance:")
+    for line, ok in accept.items():
+        print(f"  [{'PASS' if ok else 'FAIL'}] {line}")
+    print(f"total benchmark time: {elapsed:.1f} s")
+    payload = dict(
+        environment=env,
+        config=config,
+        dense=dense,
+        cg=cg,
+        memory=mem,
+        acceptance=dict(criteria=ACCEPTANCE, results=accept),
+        total_seconds=elapsed,
+    )
+    _common.write_results(
+        args.out, "batch", payload, lambda path: plot(dense, cg, mem, path)
+    )
+
+
+if __name__ == "__main__":
+    main()
