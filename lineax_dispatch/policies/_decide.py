@@ -78,12 +78,16 @@ class Decision(eqx.Module):
         return type(self.policy).__name__
 
 
+def _workspace(o: Observation) -> int:
+    """Bytes one vector needs while `mv` runs: its intermediates where the cost
+    analysis counted them, else input plus output."""
+    return max(o.mv_workspace, (o.in_size + o.out_size) * o.itemsize)
+
+
 def materialise_memory(o: Observation, chunk: int) -> int:
     """Peak bytes of materialising: the matrix, plus `chunk` columns' worth of the
     intermediates of `mv` while building it."""
-    per_column = max(
-        o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize
-    )
+    per_column = _workspace(o)
     return o.matrix_bytes + int(chunk * per_column)
 
 
@@ -197,9 +201,7 @@ def _decide_batch(o: Observation, model: CostModel) -> Decision:
     """Many vectors at once: materialise when there are at least as many vectors as
     unknowns and the matrix fits; else all in lockstep if the workspace fits, else
     chunks, else one at a time."""
-    per_vector = max(
-        o.mv_bytes - o.operator_bytes, (o.in_size + o.out_size) * o.itemsize
-    )
+    per_vector = _workspace(o)
     budget = o.memory_budget
     if not o.explicit and o.batch >= o.in_size:
         chunk = _build_chunk(o, model)

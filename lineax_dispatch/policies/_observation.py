@@ -37,6 +37,8 @@ class Observation(eqx.Module):
         lowers to: what its compilation costs.
     - `operator_bytes`: bytes of the operator's own arrays (what an outlined call
         hands over).
+    - `mv_workspace`: bytes of the intermediates of one `mv` (the memory each
+        vector of a batch, or each column of a matrix build, needs).
     - `explicit`: whether the operator already holds its entries (matrix,
         diagonal...), so that materialising changes nothing.
     - `cost_source`: where the costs came from (`"cost_analysis"`, `"estimate"`).
@@ -57,6 +59,7 @@ class Observation(eqx.Module):
     mv_dots: int = 0
     mv_ops: int = 0
     operator_bytes: int = 0
+    mv_workspace: int = 0
     explicit: bool = False
     cost_source: str = "estimate"
 
@@ -101,6 +104,11 @@ def _walk(jaxpr, totals: dict) -> None:
             if hasattr(a, "dtype")
         )
         totals["bytes"] += nbytes
+        totals["workspace"] += sum(
+            math.prod(a.shape) * a.dtype.itemsize
+            for a in out_avals
+            if hasattr(a, "dtype")
+        )
         if eqn.primitive.name == "dot_general":
             (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval
@@ -125,7 +133,9 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
 
     **Returns:**
 
-    A dict with `flops`, `bytes`, `dots`, `ops`, `constant_bytes` and `source`.
+    A dict with `flops`, `bytes`, `dots`, `ops`, `constant_bytes`, `workspace`
+    (bytes of every intermediate of one `mv`: what each vector of a batch needs)
+    and `source`.
     """
     key = operator_key(operator) if key is None else key
     cache = cost_cache()
@@ -149,11 +159,12 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
             "dots": 1,
             "ops": 1,
             "constant_bytes": 0,
+            "workspace": 2 * (in_size + out_size) * itemsize,
             "source": "estimate",
         }
         cache[key] = cost
         return cost
-    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0}
+    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0, "workspace": 0}
     _walk(closed.jaxpr, totals)
     constant_bytes = sum(
         getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
@@ -227,6 +238,7 @@ def observe(
         mv_dots=0 if cost is None else cost["dots"],
         mv_ops=0 if cost is None else cost["ops"],
         operator_bytes=int(operator_bytes),
+        mv_workspace=0 if cost is None else int(cost["workspace"]),
         explicit=explicit,
         cost_source="none" if cost is None else cost["source"],
     )
