@@ -47,8 +47,8 @@ def make_spd(weights, scales) -> Callable:
     """A new function `x -> SHIFT * x + B^T (B x)` each call, as an `eqx.Partial`
     whose arrays (the weights) are leaves: with `closure_convert=False` they are
     then the operator's arrays, passed to the jitted program as arguments rather
-    than embedded as constants (lineax's default closure conversion would make
-    them constants of the program)."""
+    than possibly embedded as constants (with lineax's default closure conversion
+    that depends on jax's `jax_use_simplified_jaxpr_constants` setting)."""
 
     def spd(weights, scales, x):
         return SHIFT * x + apply_gram(weights, scales, x)

@@ -72,12 +72,12 @@ operator is split `eqx.partition(op, eqx.is_array)`: its arrays are an *argument
 of the jitted function, the rest (function, policy, tags) is closed over, as
 `equinox.filter_jit` splits it (`lxd.jit` has `jax.jit` semantics, so the
 operator itself, which holds a Python function, cannot be an argument). Closing
-over the arrays instead would make them HLO constants: with jax 0.10 even
-lineax's default `closure_convert=True` puts closed-over arrays into the
-operator's static part (the closure-converted jaxpr keeps them as literals, the
-operator has no array leaves), and compiling 128 MiB of constants adds about a
-second to every program, for every variant alike, which is not what is compared
-here.
+over the arrays instead can make them HLO constants (with lineax's default
+`closure_convert=True`, whether the closed-over arrays stay operator leaves or
+become literals of the closure-converted jaxpr depends on jax's
+`jax_use_simplified_jaxpr_constants` setting); compiling 128 MiB of constants
+adds about a second to every program, for every variant alike, which is not what
+is compared here.
 
 Timing, per (case, variant), with a fresh operator:
 
