@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
+from ..operators._structure import structures_match
 
 
 class Flattener(eqx.Module):
@@ -129,7 +130,7 @@ def preconditioner_and_y0(
         structure = operator.in_structure()
         for which in ("in_structure", "out_structure"):
             got = getattr(preconditioner, which)()
-            if not _same_structure(got, structure):
+            if not structures_match(got, structure):
                 raise ValueError(
                     f"`options['preconditioner']` of `{solver_name}`: its `{which}()` "
                     f"must equal the operator's `in_structure()`: expected "
@@ -140,20 +141,9 @@ def preconditioner_and_y0(
     if y0 is not None:
         expected = operator.in_structure()
         got = jax.eval_shape(lambda: y0)
-        if not _same_structure(got, expected):
+        if not structures_match(got, expected):
             raise ValueError(
                 f"`options['y0']` of `{solver_name}` must match the operator's "
                 f"`in_structure()`: expected {expected}, got {got}."
             )
     return preconditioner, y0
-
-
-def _same_structure(a: PyTree[Any], b: PyTree[Any]) -> bool:
-    la, ta = jtu.tree_flatten(a)
-    lb, tb = jtu.tree_flatten(b)
-    if ta != tb:
-        return False
-    return all(
-        tuple(x.shape) == tuple(y.shape) and jnp.dtype(x.dtype) == jnp.dtype(y.dtype)
-        for x, y in zip(la, lb)
-    )

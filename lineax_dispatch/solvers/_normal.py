@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
+from ..operators._structure import structures_match
 from ._base import AbstractOneSiteSolver, conj_options, transpose_options
 from ._flat import (
-    _same_structure,
     flat_mv,
     Flattener,
     keep_conj,
@@ -35,7 +35,7 @@ def _check_preconditioner(
         ("out_structure", operator.in_structure()),
     ):
         got = getattr(preconditioner, which)()
-        if not _same_structure(got, expected):
+        if not structures_match(got, expected):
             raise ValueError(
                 "`options['preconditioner']` of `Normal` approximates the "
                 f"pseudoinverse of the operator, so its `{which}()` must be "
@@ -98,7 +98,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         y0 = options.get("y0")
         if y0 is not None:
             got = jax.eval_shape(lambda: y0)
-            if not _same_structure(got, operator.in_structure()):
+            if not structures_match(got, operator.in_structure()):
                 raise ValueError(
                     "`options['y0']` of `Normal` must match the operator's "
                     f"`in_structure()`: expected {operator.in_structure()}, got {got}."
