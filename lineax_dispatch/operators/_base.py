@@ -18,6 +18,20 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
     carries a `policy` ([`lineax_dispatch.AbstractPolicy`][]) that decides how `mv`
     is applied, checks the structure of the vector given to `mv`, and keeps its
     policy through transposition and operator arithmetic.
+
+    Every concrete subclass takes lineax's constructor arguments plus a keyword
+    `policy=` (the default policy, [`lineax_dispatch.Auto`][], if not given), and
+    exposes it as the attribute `policy`. Use this class for `isinstance` checks;
+    [`lineax_dispatch.with_policy`][] converts a plain lineax operator.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.eye(2), policy=lxd.Lazy())
+        assert isinstance(op, lxd.AbstractDispatchOperator)
+        assert isinstance(op, lx.MatrixLinearOperator)
+        assert op.T.policy == lxd.Lazy()
+        ```
     """
 
     policy: AbstractPolicy = eqx.field(static=True)

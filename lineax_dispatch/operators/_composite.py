@@ -31,13 +31,17 @@ def _operator(value, name: str) -> lx.AbstractLinearOperator:
 
 
 class TaggedLinearOperator(AbstractDispatchOperator, lx.TaggedLinearOperator):
-    """[`lineax.TaggedLinearOperator`][] carrying a policy.
+    """[`lineax.TaggedLinearOperator`][] carrying a policy: another operator with
+    extra tags, for solvers that need them (`CG` needs a positive or negative
+    semidefinite operator, `MINRES` a symmetric one).
 
-    **Arguments:**
+    !!! Example
 
-    - `operator`: the wrapped operator.
-    - `tags`: tags to declare, unchecked.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.array([[2.0, 1.0], [1.0, 2.0]]))
+        spd = lxd.TaggedLinearOperator(op, lx.positive_semidefinite_tag)
+        sol = lx.linear_solve(spd, jnp.ones(2), lxd.CG(rtol=1e-6, atol=1e-6))
+        ```
     """
 
     def __init__(
@@ -47,6 +51,13 @@ class TaggedLinearOperator(AbstractDispatchOperator, lx.TaggedLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator`: the wrapped operator.
+        - `tags`: a tag or a collection of tags to declare, unchecked.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.TaggedLinearOperator.__init__(self, _operator(operator, "operator"), tags)
         self._set_policy(policy)
 
@@ -54,10 +65,16 @@ class TaggedLinearOperator(AbstractDispatchOperator, lx.TaggedLinearOperator):
 class AddLinearOperator(AbstractDispatchOperator, lx.AddLinearOperator):
     """[`lineax.AddLinearOperator`][] carrying a policy: `operator1 + operator2`.
 
-    **Arguments:**
+    Usually made by `+` (or `-`): the sum keeps the operands' policy when they
+    agree; otherwise it gets the default policy and each operand keeps its own.
 
-    - `operator1`, `operator2`: operators with equal structures.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    !!! Example
+
+        ```python
+        a = lxd.MatrixLinearOperator(jnp.eye(2), policy=lxd.Lazy())
+        op = a + lxd.DiagonalLinearOperator(jnp.ones(2), policy=lxd.Lazy())
+        assert isinstance(op, lxd.AddLinearOperator) and op.policy == lxd.Lazy()
+        ```
     """
 
     def __init__(
@@ -67,6 +84,13 @@ class AddLinearOperator(AbstractDispatchOperator, lx.AddLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator1`, `operator2`: operators with equal input structures and equal
+            output structures.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         self.operator1 = _operator(operator1, "operator1")
         self.operator2 = _operator(operator2, "operator2")
         self._set_policy(policy)
@@ -75,11 +99,15 @@ class AddLinearOperator(AbstractDispatchOperator, lx.AddLinearOperator):
 class MulLinearOperator(AbstractDispatchOperator, lx.MulLinearOperator):
     """[`lineax.MulLinearOperator`][] carrying a policy: `operator * scalar`.
 
-    **Arguments:**
+    Usually made by `*` with a scalar on either side; it keeps the operator's
+    policy.
 
-    - `operator`: an operator.
-    - `scalar`: a scalar.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    !!! Example
+
+        ```python
+        op = 2.0 * lxd.MatrixLinearOperator(jnp.eye(2))
+        assert isinstance(op, lxd.MulLinearOperator)
+        ```
     """
 
     def __init__(
@@ -89,6 +117,13 @@ class MulLinearOperator(AbstractDispatchOperator, lx.MulLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator`: an operator.
+        - `scalar`: a scalar (a Python number or an array of shape `()`).
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         self.operator = _operator(operator, "operator")
         self.scalar = _scalar(scalar, "multiply")
         self._set_policy(policy)
@@ -97,11 +132,14 @@ class MulLinearOperator(AbstractDispatchOperator, lx.MulLinearOperator):
 class DivLinearOperator(AbstractDispatchOperator, lx.DivLinearOperator):
     """[`lineax.DivLinearOperator`][] carrying a policy: `operator / scalar`.
 
-    **Arguments:**
+    Usually made by `/`; it keeps the operator's policy.
 
-    - `operator`: an operator.
-    - `scalar`: a scalar.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.eye(2)) / 4.0
+        assert isinstance(op, lxd.DivLinearOperator)
+        ```
     """
 
     def __init__(
@@ -111,6 +149,13 @@ class DivLinearOperator(AbstractDispatchOperator, lx.DivLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator`: an operator.
+        - `scalar`: a scalar (a Python number or an array of shape `()`).
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         self.operator = _operator(operator, "operator")
         self.scalar = _scalar(scalar, "divide")
         self._set_policy(policy)
@@ -119,10 +164,14 @@ class DivLinearOperator(AbstractDispatchOperator, lx.DivLinearOperator):
 class NegLinearOperator(AbstractDispatchOperator, lx.NegLinearOperator):
     """[`lineax.NegLinearOperator`][] carrying a policy: `-operator`.
 
-    **Arguments:**
+    Usually made by unary `-`; it keeps the operator's policy.
 
-    - `operator`: an operator.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    !!! Example
+
+        ```python
+        op = -lxd.MatrixLinearOperator(jnp.eye(2))
+        assert isinstance(op, lxd.NegLinearOperator)
+        ```
     """
 
     def __init__(
@@ -131,20 +180,32 @@ class NegLinearOperator(AbstractDispatchOperator, lx.NegLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator`: an operator.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         self.operator = _operator(operator, "operator")
         self._set_policy(policy)
 
 
 class ComposedLinearOperator(AbstractDispatchOperator, lx.ComposedLinearOperator):
     """[`lineax.ComposedLinearOperator`][] carrying a policy: `operator1 @
-    operator2`.
+    operator2`, which applies `operator2` and then `operator1`.
 
-    **Arguments:**
+    Usually made by `@`: the composition keeps the operands' policy when they
+    agree; otherwise it gets the default policy and each operand keeps its own.
 
-    - `operator1`: applied second.
-    - `operator2`: applied first; its output structure must match `operator1`'s
-        input structure.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    !!! Example
+
+        ```python
+        scale = lxd.DiagonalLinearOperator(jnp.array([1.0, 2.0]))
+        rotate = lxd.MatrixLinearOperator(jnp.array([[0.0, -1.0], [1.0, 0.0]]))
+        op = scale @ rotate
+        assert isinstance(op, lxd.ComposedLinearOperator)
+        y = op.mv(jnp.array([1.0, 0.0]))  # [0., 2.]
+        ```
     """
 
     def __init__(
@@ -154,6 +215,14 @@ class ComposedLinearOperator(AbstractDispatchOperator, lx.ComposedLinearOperator
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `operator1`: applied second.
+        - `operator2`: applied first; its output structure must match `operator1`'s
+            input structure.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         self.operator1 = _operator(operator1, "operator1")
         self.operator2 = _operator(operator2, "operator2")
         self._set_policy(policy)

@@ -151,8 +151,11 @@ def with_policy(
     !!! Example
 
         ```python
-        op = lxd.with_policy(lx.MatrixLinearOperator(a) + lx.IdentityLinearOperator(s),
-                             lxd.Outline())
+        plain = lx.MatrixLinearOperator(jnp.eye(3)) + lx.IdentityLinearOperator(
+            jax.eval_shape(lambda: jnp.ones(3))
+        )
+        op = lxd.with_policy(plain, lxd.Outline())  # an lxd.AddLinearOperator
+        assert op.operator1.policy == lxd.Outline()
         ```
     """
     check_policy(policy)

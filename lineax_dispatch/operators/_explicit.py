@@ -15,19 +15,18 @@ _sentinel = object()
 
 
 class MatrixLinearOperator(AbstractDispatchOperator, lx.MatrixLinearOperator):
-    """[`lineax.MatrixLinearOperator`][] carrying a policy.
+    """[`lineax.MatrixLinearOperator`][] carrying a policy: a two-dimensional array
+    as a linear operator.
 
-    **Arguments:**
-
-    - `matrix`: a two-dimensional array of shape `(a, b)`.
-    - `tags`: lineax tags (`lx.symmetric_tag`, ...), unchecked.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default policy if not
-        given.
+    It already holds its entries, so every policy applies it as a matrix-vector
+    product ([`lineax_dispatch.Auto`][] keeps it inline); the policy matters when it
+    is part of a composite operator, and for stacks of vectors.
 
     !!! Example
 
         ```python
         op = lxd.MatrixLinearOperator(jnp.eye(3), lx.positive_semidefinite_tag)
+        y = op.mv(jnp.ones(3))
         ```
     """
 
@@ -38,19 +37,32 @@ class MatrixLinearOperator(AbstractDispatchOperator, lx.MatrixLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `matrix`: a two-dimensional array of shape `(a, b)`: the operator maps
+            vectors of shape `(b,)` to vectors of shape `(a,)`.
+        - `tags`: lineax tags (`lx.symmetric_tag`, ...), unchecked.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default policy if
+            not given.
+        """
         lx.MatrixLinearOperator.__init__(self, matrix, tags)
         self._set_policy(policy)
 
 
 class PyTreeLinearOperator(AbstractDispatchOperator, lx.PyTreeLinearOperator):
-    """[`lineax.PyTreeLinearOperator`][] carrying a policy.
+    """[`lineax.PyTreeLinearOperator`][] carrying a policy: a matrix stored as a
+    PyTree of blocks, for input and output spaces that are PyTrees.
 
-    **Arguments:**
+    !!! Example
 
-    - `pytree`: the PyTree of blocks, as for lineax.
-    - `output_structure`: PyTree of `jax.ShapeDtypeStruct` of the output space.
-    - `tags`: lineax tags, unchecked.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        # Input: an array of shape (2,); output: {"a": shape (2,), "b": shape (3,)}.
+        blocks = {"a": jnp.eye(2), "b": jnp.ones((3, 2))}
+        out = {"a": jax.ShapeDtypeStruct((2,), blocks["a"].dtype),
+               "b": jax.ShapeDtypeStruct((3,), blocks["b"].dtype)}
+        op = lxd.PyTreeLinearOperator(blocks, out)
+        y = op.mv(jnp.ones(2))  # {"a": [1, 1], "b": [2, 2, 2]}
+        ```
     """
 
     def __init__(
@@ -61,35 +73,56 @@ class PyTreeLinearOperator(AbstractDispatchOperator, lx.PyTreeLinearOperator):
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `pytree`: the PyTree of blocks, as for lineax: the output structure, each
+            leaf of which is a PyTree of the input structure, whose leaves have the
+            shape of the output leaf followed by the shape of the input leaf.
+        - `output_structure`: PyTree of `jax.ShapeDtypeStruct` of the output space.
+        - `tags`: lineax tags, unchecked.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.PyTreeLinearOperator.__init__(self, pytree, output_structure, tags)
         self._set_policy(policy)
 
 
 class DiagonalLinearOperator(AbstractDispatchOperator, lx.DiagonalLinearOperator):
-    """[`lineax.DiagonalLinearOperator`][] carrying a policy.
+    """[`lineax.DiagonalLinearOperator`][] carrying a policy: elementwise
+    multiplication by its diagonal.
 
-    **Arguments:**
+    !!! Example
 
-    - `diagonal`: an array or PyTree of arrays, the diagonal.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        op = lxd.DiagonalLinearOperator(jnp.array([1.0, 2.0, 3.0]))
+        y = op.mv(jnp.ones(3))  # [1., 2., 3.]
+        ```
     """
 
     def __init__(
         self, diagonal: PyTree[ArrayLike], *, policy: AbstractPolicy | None = None
     ):
+        """**Arguments:**
+
+        - `diagonal`: an array or PyTree of arrays, the diagonal; the input and
+            output structures are its structure.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.DiagonalLinearOperator.__init__(self, diagonal)
         self._set_policy(policy)
 
 
 class TridiagonalLinearOperator(AbstractDispatchOperator, lx.TridiagonalLinearOperator):
-    """[`lineax.TridiagonalLinearOperator`][] carrying a policy.
+    """[`lineax.TridiagonalLinearOperator`][] carrying a policy: a square matrix
+    stored as its three central diagonals.
 
-    **Arguments:**
+    !!! Example
 
-    - `diagonal`: shape `(a,)`.
-    - `lower_diagonal`: shape `(a - 1,)`.
-    - `upper_diagonal`: shape `(a - 1,)`.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        op = lxd.TridiagonalLinearOperator(2 * jnp.ones(4), -jnp.ones(3), -jnp.ones(3))
+        sol = lx.linear_solve(op, jnp.ones(4), lx.Tridiagonal())
+        ```
     """
 
     def __init__(
@@ -100,6 +133,14 @@ class TridiagonalLinearOperator(AbstractDispatchOperator, lx.TridiagonalLinearOp
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `diagonal`: the main diagonal, shape `(a,)`.
+        - `lower_diagonal`: the diagonal below it, shape `(a - 1,)`.
+        - `upper_diagonal`: the diagonal above it, shape `(a - 1,)`.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.TridiagonalLinearOperator.__init__(
             self, diagonal, lower_diagonal, upper_diagonal
         )
@@ -107,13 +148,17 @@ class TridiagonalLinearOperator(AbstractDispatchOperator, lx.TridiagonalLinearOp
 
 
 class IdentityLinearOperator(AbstractDispatchOperator, lx.IdentityLinearOperator):
-    """[`lineax.IdentityLinearOperator`][] carrying a policy.
+    """[`lineax.IdentityLinearOperator`][] carrying a policy: the identity of a
+    PyTree space (or, between two structures of the same size, the map that keeps
+    the flattened entries).
 
-    **Arguments:**
+    !!! Example
 
-    - `input_structure`: PyTree of `jax.ShapeDtypeStruct`.
-    - `output_structure`: as lineax; defaults to `input_structure`.
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        structure = jax.ShapeDtypeStruct((3,), jnp.float32)
+        op = lxd.IdentityLinearOperator(structure)
+        shifted = op + lxd.DiagonalLinearOperator(jnp.ones(3, jnp.float32))
+        ```
     """
 
     def __init__(
@@ -123,6 +168,14 @@ class IdentityLinearOperator(AbstractDispatchOperator, lx.IdentityLinearOperator
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `input_structure`: PyTree of `jax.ShapeDtypeStruct` of the input space.
+        - `output_structure`: PyTree of `jax.ShapeDtypeStruct` of the output space,
+            as lineax; defaults to `input_structure`.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         if output_structure is _sentinel:
             output_structure = input_structure
         lx.IdentityLinearOperator.__init__(self, input_structure, output_structure)

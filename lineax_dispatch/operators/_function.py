@@ -15,15 +15,7 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
     """[`lineax.FunctionLinearOperator`][] carrying a policy.
 
     This is where policies matter most: `fn` may be expensive to compile and to
-    run.
-
-    **Arguments:**
-
-    - `fn`: a linear function `X -> Y`.
-    - `input_structure`: PyTree of `jax.ShapeDtypeStruct` describing `X`.
-    - `tags`: lineax tags, unchecked.
-    - `closure_convert`: as lineax (default `True`).
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+    run, and JAX inlines it at every call site of `mv`.
 
     !!! Example
 
@@ -32,6 +24,7 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
             lambda x: 2 * x, jax.ShapeDtypeStruct((3,), jnp.float32),
             policy=lxd.Outline(),
         )
+        y = op.mv(jnp.ones(3, jnp.float32))
         ```
     """
 
@@ -44,6 +37,17 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `fn`: a linear function `X -> Y`, taking and returning PyTrees of arrays.
+        - `input_structure`: PyTree of `jax.ShapeDtypeStruct` describing `X` (what
+            `jax.eval_shape(lambda: x)` gives for an input `x`).
+        - `tags`: lineax tags (`lx.positive_semidefinite_tag`, ...), unchecked.
+        - `closure_convert`: as lineax (default `True`): trace `fn` once, so that
+            arrays it closes over become part of the operator.
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.FunctionLinearOperator.__init__(
             self, fn, input_structure, tags, closure_convert
         )
@@ -51,17 +55,17 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
 
 
 class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator):
-    """[`lineax.JacobianLinearOperator`][] carrying a policy.
+    """[`lineax.JacobianLinearOperator`][] carrying a policy: the Jacobian
+    `d(fn)/dx` of a function at a point, applied matrix-free by forward- or
+    reverse-mode autodiff.
 
-    **Arguments:**
+    !!! Example
 
-    - `fn`: a function `(x, args) -> y`.
-    - `x`: the point at which the Jacobian is taken.
-    - `args`: further (non-differentiated) arguments of `fn`.
-    - `tags`: lineax tags, unchecked.
-    - `jac`: `"fwd"`, `"bwd"` or `None`, as lineax.
-    - `closure_convert`: as lineax (default `True`).
-    - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not given.
+        ```python
+        x = jnp.array([0.5, 1.0])
+        op = lxd.JacobianLinearOperator(lambda x, args: jnp.sin(x) * args, x, 3.0)
+        y = op.mv(jnp.ones(2))  # 3 cos(x)
+        ```
     """
 
     def __init__(
@@ -75,6 +79,18 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         *,
         policy: AbstractPolicy | None = None,
     ):
+        """**Arguments:**
+
+        - `fn`: a function `(x, args) -> y`.
+        - `x`: the point at which the Jacobian is taken.
+        - `args`: further (non-differentiated) arguments of `fn`.
+        - `tags`: lineax tags, unchecked.
+        - `jac`: `"fwd"` (`jax.jacfwd`-style forward mode), `"bwd"` (reverse mode)
+            or `None` to let lineax choose, as lineax.
+        - `closure_convert`: as lineax (default `True`).
+        - `policy`: an [`lineax_dispatch.AbstractPolicy`][]; the default if not
+            given.
+        """
         lx.JacobianLinearOperator.__init__(
             self, fn, x, args, tags, jac, closure_convert
         )

@@ -31,7 +31,9 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
     !!! Example
 
         ```python
-        dense = lxd.materialise(lxd.FunctionLinearOperator(fn, s, policy=lxd.Outline()))
+        structure = jax.ShapeDtypeStruct((3,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Outline())
+        dense = lxd.materialise(op)  # a MatrixLinearOperator
         assert dense.policy == lxd.Outline()
         ```
     """
@@ -49,6 +51,15 @@ def linearise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator:
     **Returns:**
 
     An equivalent operator of lineax-dispatch with the same policy.
+
+    !!! Example
+
+        ```python
+        fn = lambda x, args: jnp.sin(x)
+        op = lxd.JacobianLinearOperator(fn, jnp.zeros(2), policy=lxd.Lazy())
+        lin = lxd.linearise(op)  # the primal computed once, not at every `mv`
+        assert lin.policy == lxd.Lazy()
+        ```
     """
     return adopt(lx.linearise(operator), _policy_of(operator))
 
@@ -63,6 +74,13 @@ def conj(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator:
     **Returns:**
 
     The conjugate operator, of lineax-dispatch, with the same policy.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.array([[1j, 0], [0, 1]]), policy=lxd.Lazy())
+        assert lxd.conj(op).policy == lxd.Lazy()  # the matrix [[-1j, 0], [0, 1]]
+        ```
     """
     return adopt(lx.conj(operator), _policy_of(operator))
 
@@ -82,6 +100,13 @@ def diagonal(operator: lx.AbstractLinearOperator) -> Shaped[Array, " size"]:
     **Returns:**
 
     A one-dimensional array.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.array([[1.0, 2.0], [3.0, 4.0]]))
+        d = lxd.diagonal(op)  # [1., 4.]
+        ```
     """
     return lx.diagonal(operator)
 
@@ -98,5 +123,13 @@ def tridiagonal(
     **Returns:**
 
     A 3-tuple of arrays `(diagonal, lower_diagonal, upper_diagonal)`.
+
+    !!! Example
+
+        ```python
+        matrix = jnp.array([[2.0, 1.0, 0.0], [3.0, 2.0, 1.0], [0.0, 3.0, 2.0]])
+        op = lxd.MatrixLinearOperator(matrix, lx.tridiagonal_tag)
+        d, lower, upper = lxd.tridiagonal(op)  # [2., 2., 2.], [3., 3.], [1., 1.]
+        ```
     """
     return lx.tridiagonal(operator)
