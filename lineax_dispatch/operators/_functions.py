@@ -33,7 +33,7 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
         ```python
         structure = jax.ShapeDtypeStruct((3,), jnp.float32)
         op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Outline())
-        dense = lxd.materialise(op)  # a MatrixLinearOperator
+        dense = lxd.materialise(op)  # a PyTreeLinearOperator holding the matrix
         assert dense.policy == lxd.Outline()
         ```
     """

@@ -39,21 +39,17 @@ class Auto(AbstractPolicy):
     - The solvers of this package (and [`lineax_dispatch.PolicySolver`][]) decide
         once per solve, counting the solver's expected iterations as executions.
 
-    See `lxd.explain` for the decisions and their reasons.
-
-    **Arguments:**
-
-    - `memory_budget`: bytes (int) or a string like `"2GB"` that a materialised
-        matrix, with the peak of building it, may use. `None` (the default) allows
-        half of the free memory of the default device (the host's available memory
-        where the device does not report it), read at decision time.
-    - `cost_model`: the machine constants of the decision rule.
+    It is the default policy of every operator. See [`lineax_dispatch.explain`][]
+    for the decisions and their reasons.
 
     !!! Example
 
         ```python
-        op = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Auto("2GB"))
-        print(lxd.explain(op))
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto("2GB"))
+        f = lxd.jit(lambda x: op.mv(op.mv(x)) + op.mv(x))  # counts 3 call sites
+        y = f(jnp.ones(64, jnp.float32))
+        print(lxd.explain(f, jnp.ones(64, jnp.float32)))
         ```
     """
 
@@ -63,6 +59,16 @@ class Auto(AbstractPolicy):
     def __init__(
         self, memory_budget: int | float | str | None = None, cost_model=CostModel()
     ):
+        """**Arguments:**
+
+        - `memory_budget`: bytes (int) or a string like `"2GB"` (see
+            [`lineax_dispatch.parse_memory_budget`][]) that a materialised matrix,
+            with the peak of building it, may use. `None` (the default) allows half
+            of the free memory of the default device (the host's available memory
+            where the device does not report it), read at decision time.
+        - `cost_model`: a [`lineax_dispatch.CostModel`][], the machine constants of
+            the decision rule.
+        """
         self.memory_budget = (
             None if memory_budget is None else parse_memory_budget(memory_budget)
         )
@@ -74,7 +80,13 @@ class Auto(AbstractPolicy):
         self.cost_model = cost_model
 
     def budget(self) -> int:
-        """The memory budget in bytes."""
+        """The memory budget in bytes: `memory_budget` if one was given, else half of
+        the free memory of the default device, read now.
+
+        **Returns:**
+
+        An int.
+        """
         if self.memory_budget is None:
             return default_memory_budget()
         return self.memory_budget

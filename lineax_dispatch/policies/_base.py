@@ -55,7 +55,24 @@ class AbstractPolicy(eqx.Module):
     """Abstract base class for policies: how an operator applies its `mv`.
 
     A policy is attached to an operator (`policy=` on every operator of
-    lineax-dispatch) and acts each time the operator's `mv` is called.
+    lineax-dispatch) and acts each time the operator's `mv` is called. The concrete
+    policies are [`lineax_dispatch.Auto`][] (the default), [`lineax_dispatch.Lazy`][],
+    [`lineax_dispatch.Outline`][], [`lineax_dispatch.Materialise`][],
+    [`lineax_dispatch.VmapBatch`][] and [`lineax_dispatch.Scan`][]. A new one
+    subclasses this and implements `mv`, in which `operator.raw_mv(vector)` is
+    lineax's own `mv`. Policies are equinox modules: hashable, compared by value.
+
+    !!! Example
+
+        ```python
+        class Logged(lxd.AbstractPolicy):
+            def mv(self, operator, vector):
+                print("tracing the mv of", type(operator).__name__)
+                return operator.raw_mv(vector)
+
+        op = lxd.MatrixLinearOperator(jnp.eye(2), policy=Logged())
+        y = op.mv(jnp.ones(2))
+        ```
     """
 
     @abc.abstractmethod

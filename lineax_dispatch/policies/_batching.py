@@ -17,14 +17,15 @@ class VmapBatch(AbstractPolicy):
     lockstep) or, with `batch_size`, in chunks of that many through
     `jax.lax.map(..., batch_size=)`, bounding the memory of the intermediates.
 
-    **Arguments:**
-
-    - `batch_size`: vectors per chunk; `None` for all at once.
+    Stacks of vectors come from [`lineax_dispatch.batch_mv`][] and
+    [`lineax_dispatch.batch_solve`][].
 
     !!! Example
 
         ```python
-        ys = lxd.VmapBatch(batch_size=64).batch_mv(op, xs)  # xs: leading batch axis
+        op = lxd.MatrixLinearOperator(jnp.eye(3), policy=lxd.VmapBatch(batch_size=64))
+        ys = lxd.batch_mv(op, jnp.ones((256, 3)))  # 64 vectors at a time
+        ys = lxd.VmapBatch().batch_mv(op, jnp.ones((256, 3)))  # all in lockstep
         ```
     """
 
@@ -65,7 +66,8 @@ class Scan(AbstractPolicy):
     !!! Example
 
         ```python
-        ys = lxd.Scan().batch_mv(op, xs)
+        op = lxd.MatrixLinearOperator(jnp.eye(3))
+        ys = lxd.batch_mv(op, jnp.ones((256, 3)), policy=lxd.Scan())  # one at a time
         ```
     """
 
@@ -91,5 +93,11 @@ class Scan(AbstractPolicy):
         """
         return lax.map(operator.mv, vectors)
 
+
+VmapBatch.__init__.__doc__ = """**Arguments:**
+
+- `batch_size`: vectors per chunk, a positive int; `None` (the default) for all at
+    once.
+"""
 
 Scan.__init__.__doc__ = """**Arguments:** None."""

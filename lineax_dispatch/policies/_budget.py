@@ -40,6 +40,14 @@ def parse_memory_budget(value: int | float | str) -> int:
 
     `ValueError` naming `memory_budget` when the value is not positive or cannot be
     read.
+
+    !!! Example
+
+        ```python
+        assert lxd.parse_memory_budget("2GB") == 2 * 10**9
+        assert lxd.parse_memory_budget("512 MiB") == 512 * 2**20
+        policy = lxd.Auto(memory_budget="512 MiB")  # read the same way
+        ```
     """
     if isinstance(value, bool):
         raise ValueError(

@@ -61,9 +61,15 @@ def dense_matrix(
     """The matrix of `operator`, of shape `(out_size, in_size)`, in the flattened
     (`jax.flatten_util.ravel_pytree`) order of its input and output PyTrees.
 
+    This is how [`lineax_dispatch.Materialise`][] builds its matrix: the operator's
+    lineax `mv` is applied to basis vectors directly, whatever its policy, and
+    operators nested in it are applied inline.
+
     **Arguments:**
 
-    - `operator`: any linear operator.
+    - `operator`: an operator of lineax-dispatch, or a plain
+        `lx.MatrixLinearOperator` (whose matrix is returned as it is). Give other
+        plain lineax operators a policy first ([`lineax_dispatch.with_policy`][]).
     - `batch_size`: `None` to apply the operator to every basis vector at once
         (`vmap`), otherwise the number of columns computed together; the columns are
         then built by `jax.lax.map(..., batch_size=batch_size)`, which bounds the
@@ -72,6 +78,14 @@ def dense_matrix(
     **Returns:**
 
     A two-dimensional JAX array.
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((4,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        matrix = lxd.dense_matrix(op, batch_size=2)  # lower triangle of ones
+        ```
     """
     if isinstance(operator, lx.MatrixLinearOperator):
         return operator.matrix

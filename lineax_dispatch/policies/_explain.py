@@ -38,9 +38,21 @@ class ExplainRow(eqx.Module):
 
 
 class ExplainReport(eqx.Module):
-    """The decisions for every `Auto` operator of a program. `str(report)` is a
-    table; `report.rows` holds the details (each row's `decision.reasons` gives
-    every estimate)."""
+    """The decisions for every `Auto` operator of a program, as returned by
+    [`lineax_dispatch.explain`][]. `str(report)` is a table; `report.rows` holds the
+    details (each row's `decision.reasons` gives every estimate).
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        report = lxd.explain(op)
+        print(report)  # the table
+        row = report.rows[0]
+        print(row.operator, row.call_sites, row.decision.strategy)
+        ```
+    """
 
     rows: tuple[ExplainRow, ...]
 
@@ -93,6 +105,16 @@ class ExplainReport(eqx.Module):
         return str(self)
 
 
+ExplainReport.__init__.__doc__ = """**Arguments:**
+
+- `rows`: one row per operator kind, each with the attributes `operator` (the class
+    name), `size` (`"out x in"`), `dtype`, `call_sites`, `sites` (where each call
+    site was traced, as `file:line (source)`), `executions` (expected runs of `mv`
+    per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
+    and `decision` (a [`lineax_dispatch.Decision`][]).
+"""
+
+
 def _row(operator, decision: Decision, call_sites, executions, sites) -> ExplainRow:
     policy = operator.policy
     observation = observe(
@@ -135,7 +157,11 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
     !!! Example
 
         ```python
-        print(lxd.explain(f, x))
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        x = jnp.ones(64, jnp.float32)
+        print(lxd.explain(lambda x: op.mv(op.mv(x)) + op.mv(x), x))
+        print(lxd.explain(op))  # at the call sites observed so far
         ```
     """
     if isinstance(fun_or_operator, lx.AbstractLinearOperator):

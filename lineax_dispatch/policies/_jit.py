@@ -84,7 +84,17 @@ class _CompileAware:
         functools.update_wrapper(self, fun)
 
     def decisions(self, *args, **kwargs) -> dict[Any, Decision]:
-        """The decisions fixed for these arguments' signature (tracing if needed)."""
+        """The decisions fixed for these arguments' signature (tracing if needed).
+
+        **Arguments:**
+
+        - `*args`, `**kwargs`: as for a call.
+
+        **Returns:**
+
+        A dict from each `Auto` operator's kind key to its
+        [`lineax_dispatch.Decision`][].
+        """
         return self._prepare(args, kwargs)[2]
 
     def _static_values(self, args, kwargs) -> tuple:
@@ -133,7 +143,16 @@ class _CompileAware:
         return f"lxd.jit({self._fun!r})"
 
     def lower(self, *args, **kwargs):
-        """As `jax.jit(...).lower`, with the decisions fixed."""
+        """As `jax.jit(...).lower`, with the decisions fixed.
+
+        **Arguments:**
+
+        - `*args`, `**kwargs`: as for a call.
+
+        **Returns:**
+
+        A `jax.stages.Lowered`; `.compile()` compiles it.
+        """
         return self._run("lower", args, kwargs)
 
 
@@ -162,9 +181,16 @@ def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
     !!! Example
 
         ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)  # policy=lxd.Auto()
+
         @lxd.jit
         def f(x):
             return op.mv(op.mv(x)) + op.mv(x)
+
+        x = jnp.ones(64, jnp.float32)
+        y = f(x)
+        print([d.strategy for d in f.decisions(x).values()])
         ```
     """
     if not callable(fun):

@@ -17,7 +17,10 @@ class Lazy(AbstractPolicy):
     !!! Example
 
         ```python
-        op = lxd.MatrixLinearOperator(matrix, policy=lxd.Lazy())
+        structure = jax.ShapeDtypeStruct((3,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Lazy())
+        f = jax.jit(lambda x: op.mv(x) + op.mv(2 * x))  # cumsum inlined twice
+        y = f(jnp.ones(3, jnp.float32))
         ```
     """
 

@@ -24,20 +24,17 @@ class Materialise(AbstractPolicy):
     entries (matrix, PyTree, diagonal, tridiagonal, identity) are applied as they
     are.
 
-    **Arguments:**
-
-    - `batch_size`: how many columns to build together. `None` (the default) builds
-        all columns at once with `vmap`; an integer builds them in chunks with
-        `jax.lax.map(..., batch_size=batch_size)`, bounding the memory of the
-        intermediates, and is often faster to compile for deep functions.
-    - `memory_budget`: bytes (or a string like `"2GB"`) the matrix and the build's
-        peak may take; `None` (the default) allows half of the free memory. Over
-        budget, `mv` raises a `ValueError` at trace time giving both numbers.
+    The matrix is built at each `mv` call site, and again at each execution inside
+    a loop: under [`lineax_dispatch.jit`][], [`lineax_dispatch.Auto`][] builds it
+    once per program instead, and [`lineax_dispatch.batch_solve`][] once per batch.
 
     !!! Example
 
         ```python
-        op = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Materialise(64))
+        structure = jax.ShapeDtypeStruct((100,), jnp.float32)
+        policy = lxd.Materialise(batch_size=32, memory_budget="1GB")
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=policy)
+        y = op.mv(jnp.ones(100, jnp.float32))
         ```
     """
 
@@ -50,7 +47,17 @@ class Materialise(AbstractPolicy):
             parse_memory_budget(self.memory_budget)
 
     def check_memory(self, operator: lx.AbstractLinearOperator) -> None:
-        """Raises a `ValueError` if materialising `operator` exceeds the budget."""
+        """Raises a `ValueError` if materialising `operator` exceeds the budget.
+
+        **Arguments:**
+
+        - `operator`: the operator to materialise.
+
+        **Raises:**
+
+        `ValueError` giving the bytes needed (the matrix and the build's peak) and
+        the budget, when the first exceeds the second.
+        """
         needed = build_bytes(operator, self.batch_size)
         if self.memory_budget is None:
             budget = default_memory_budget()
@@ -74,3 +81,15 @@ class Materialise(AbstractPolicy):
         self.check_memory(operator)
         matrix = dense_matrix(operator, self.batch_size)
         return dense_mv(matrix, vector, operator.out_structure())
+
+
+Materialise.__init__.__doc__ = """**Arguments:**
+
+- `batch_size`: how many columns to build together. `None` (the default) builds all
+    columns at once with `vmap`; an integer builds them in chunks with
+    `jax.lax.map(..., batch_size=batch_size)`, bounding the memory of the
+    intermediates, and is often faster to compile for deep functions.
+- `memory_budget`: bytes (or a string like `"2GB"`) the matrix and the build's peak
+    may take; `None` (the default) allows half of the free memory. Over budget, `mv`
+    raises a `ValueError` at trace time giving both numbers.
+"""

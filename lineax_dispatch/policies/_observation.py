@@ -15,9 +15,22 @@ from ._registry import cost_cache, is_leaf_array, operator_key
 
 
 class Observation(eqx.Module):
-    """Everything `decide` uses, as plain Python numbers.
+    """Everything [`lineax_dispatch.decide`][] uses, as plain Python numbers: what
+    is known of an operator and of its use. [`lineax_dispatch.observe`][] builds
+    one from an operator; build one by hand to ask what `Auto` would choose in
+    another situation.
 
-    **Fields:**
+    !!! Example
+
+        ```python
+        o = lxd.Observation(kind="FunctionLinearOperator", in_size=1024,
+                            out_size=1024, dtype="float32", itemsize=4,
+                            memory_budget=2**30, call_sites=16, mv_flops=6.7e7,
+                            mv_bytes=1.3e8, mv_dots=32)
+        print(lxd.decide(o).strategy, o.matrix_bytes)
+        ```
+
+    **Arguments:** (each is also the attribute of that name)
 
     - `kind`: the operator's class name.
     - `in_size`, `out_size`: numbers of unknowns and of equations.
@@ -65,6 +78,7 @@ class Observation(eqx.Module):
 
     @property
     def matrix_bytes(self) -> int:
+        """Bytes of the dense matrix: `in_size * out_size * itemsize`."""
         return self.in_size * self.out_size * self.itemsize
 
 
@@ -196,13 +210,16 @@ def observe(
     with_cost: bool = True,
     key: Any = None,
 ) -> Observation:
-    """Builds the `Observation` of `operator`.
+    """Builds the [`lineax_dispatch.Observation`][] of `operator`: its sizes, dtype
+    and arrays, and the cost of one `mv` (from XLA's cost analysis of the lowered,
+    not compiled, function, cached per operator kind), with the use given.
 
     **Arguments:**
 
     - `operator`: the operator.
     - `memory_budget`: bytes.
-    - `call_sites`, `executions`, `batch`, `solves`: as observed or expected.
+    - `call_sites`, `executions`, `batch`, `solves`: as observed or expected (see
+        the fields of [`lineax_dispatch.Observation`][]).
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
     - `key`: the operator's key for the cost cache (computed when `None`).
@@ -210,6 +227,15 @@ def observe(
     **Returns:**
 
     An [`lineax_dispatch.Observation`][].
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        o = lxd.observe(op, memory_budget=2**30, call_sites=4)
+        print(o.mv_flops, o.matrix_bytes)
+        ```
     """
     dtype = jnp.dtype(_dtype_of(operator))
     explicit = isinstance(operator, EXPLICIT_OPERATORS)

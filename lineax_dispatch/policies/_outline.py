@@ -43,7 +43,10 @@ class Outline(AbstractPolicy):
     !!! Example
 
         ```python
-        op = lxd.FunctionLinearOperator(expensive_fn, structure, policy=lxd.Outline())
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Outline())
+        f = jax.jit(lambda x: op.mv(x) + op.mv(2 * x))  # one callee, two calls
+        y = f(jnp.ones(64, jnp.float32))
         ```
     """
 
