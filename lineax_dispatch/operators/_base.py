@@ -7,6 +7,8 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
+from ..policies._dense import EXPLICIT_OPERATORS
+from ._dense_budget import check_dense_budget
 from ._structure import check_vector
 
 
@@ -74,6 +76,19 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
         A PyTree matching `self.out_structure()`.
         """
         return super().mv(vector)  # pyright: ignore[reportAbstractUsage]
+
+    def as_matrix(self):
+        """The dense matrix, as lineax builds it; first, for an operator that does
+        not hold its entries, a `Materialise` or `Auto` policy checks that the
+        matrix fits its memory budget (a `ValueError` at trace time if not).
+
+        **Returns:**
+
+        A 2-D array of shape `(out_size, in_size)`.
+        """
+        if not isinstance(self, EXPLICIT_OPERATORS):
+            check_dense_budget(self, self.policy)
+        return super().as_matrix()  # pyright: ignore[reportAbstractUsage]
 
     def transpose(self) -> lx.AbstractLinearOperator:
         """The transpose, as an operator of lineax-dispatch with the same policy.

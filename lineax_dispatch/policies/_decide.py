@@ -51,6 +51,11 @@ class CostModel(eqx.Module):
         operator's arrays to its callee.
     - `matmul_site`: compile time of one matrix-vector product site.
     - `build_chunk`: columns built together when materialising.
+    - `factor_flops_per_second`: throughput of a dense factorisation (LU,
+        Cholesky, QR), for `AutoSolver`'s choice between direct and iterative.
+    - `krylov_compile`: compile time of an iterative solver's loop, beyond its
+        copy of `mv`.
+    - `krylov_step`: fixed run time of one iteration of an iterative solver.
     """
 
     flops_per_second: float = 1.5e11
@@ -64,6 +69,9 @@ class CostModel(eqx.Module):
     callback_bytes_per_second: float = 3e9
     matmul_site: float = 3e-3
     build_chunk: int = 128
+    factor_flops_per_second: float = 2e10
+    krylov_compile: float = 0.25
+    krylov_step: float = 5e-6
 
 
 class Decision(eqx.Module):
@@ -125,20 +133,33 @@ def _build_chunk(o: Observation, model: CostModel) -> int | None:
     return None
 
 
+def mv_compile(o: Observation, model: CostModel) -> float:
+    """Seconds to compile one copy of `mv`."""
+    return model.compile_per_dot * o.mv_dots + model.compile_per_op * o.mv_ops
+
+
+def batched_compile(o: Observation, model: CostModel) -> float:
+    """Seconds to compile one copy of `mv` applied to a block of vectors."""
+    return model.compile_per_batched_dot * o.mv_dots + model.compile_per_op * o.mv_ops
+
+
+def mv_run(o: Observation, model: CostModel) -> float:
+    """Seconds to run one `mv`: bound by flops or by memory traffic."""
+    return max(
+        o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second
+    )
+
+
 def estimates(
     o: Observation, model: CostModel
 ) -> dict[str, tuple[float, float] | None]:
     """`strategy -> (compile seconds, run seconds)`, `None` where not allowed."""
-    copy = model.compile_per_dot * o.mv_dots + model.compile_per_op * o.mv_ops
-    batched_copy = (
-        model.compile_per_batched_dot * o.mv_dots + model.compile_per_op * o.mv_ops
-    )
+    copy = mv_compile(o, model)
+    batched_copy = batched_compile(o, model)
     # Each solve builds its own matrix (in its `init`); plain call sites share one
     # build under `lxd.jit`.
     builds = o.solves + (1 if o.call_sites > o.solves else 0)
-    run_mv = max(
-        o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second
-    )
+    run_mv = mv_run(o, model)
     k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
     out = {
         "Lazy": (k * copy, runs * run_mv),

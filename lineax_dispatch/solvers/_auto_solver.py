@@ -1,5 +1,7 @@
-"""`AutoSolver`: direct when the matrix fits the memory budget, else iterative."""
+"""`AutoSolver`: a dense factorisation or a one-`mv`-site iterative solver, whichever
+fits the memory budget and is estimated to be cheaper."""
 
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -7,13 +9,16 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, PyTree
 
-from ..operators import AbstractDispatchOperator
-from ..policies import Auto, parse_memory_budget
-from ..policies._budget import default_memory_budget
+from ..operators import AbstractDispatchOperator, with_policy
+from ..policies import Auto, CostModel, observe, parse_memory_budget
+from ..policies._budget import default_memory_budget, format_bytes
+from ..policies._decide import batched_compile, mv_compile, mv_run
 from ._cg import CG
 from ._gmres import GMRES
 from ._lsmr import LSMR
 from ._minres import MINRES
+from ._policy_solver import hide_static, reveal_static
+from ._prepare import expected_iterations
 
 
 def _itemsize(operator: lx.AbstractLinearOperator) -> int:
@@ -21,19 +26,41 @@ def _itemsize(operator: lx.AbstractLinearOperator) -> int:
     return jnp.result_type(*[x.dtype for x in leaves]).itemsize
 
 
+def _factor_flops(operator: lx.AbstractLinearOperator) -> tuple[str, float]:
+    m, n = operator.out_size(), operator.in_size()
+    if m != n:
+        return "QR", 2.0 * max(m, n) * min(m, n) ** 2
+    if lx.is_diagonal(operator) or lx.is_tridiagonal(operator):
+        return "a banded solve", 10.0 * n
+    if lx.is_lower_triangular(operator) or lx.is_upper_triangular(operator):
+        return "a triangular solve", float(n) ** 2
+    if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(operator):
+        return "Cholesky", float(n) ** 3 / 3
+    return "LU", 2.0 * float(n) ** 3 / 3
+
+
 class AutoSolver(lx.AbstractLinearSolver):
     """Chooses a solver for each operator: a direct one (lineax's
     `AutoLinearSolver`, which picks by tags: diagonal, triangular, Cholesky, LU, QR)
-    when the operator's dense matrix fits the memory budget; otherwise a
-    one-`mv`-site iterative one of this package: `CG` for a positive or negative
-    semidefinite operator, `MINRES` for a symmetric one, `GMRES` for a square one,
-    `LSMR` for a non-square one.
+    or a one-`mv`-site iterative one of this package (`CG` for a positive or
+    negative semidefinite operator, `MINRES` for a symmetric one, `GMRES` for a
+    square one, `LSMR` for a non-square one).
+
+    Direct is chosen when the dense matrix and its factors fit the memory budget
+    and building and factorising it is estimated to cost less than the iterative
+    solve: compile time plus one run, from the operator's size, the cost of one
+    `mv` (as `Auto` measures it) and the expected number of iterations
+    (`2 sqrt(n)`, at least 10). So small systems are factorised, and large or
+    cheap-to-apply ones (a stencil) are solved matrix-free. A plain lineax
+    operator gets the `Auto` policy, so an iterative solve also decides how to
+    apply its `mv`. This is the `linear_solver` to give optimistix:
 
     !!! Example
 
         ```python
-        sol = lxd.linear_solve(op, b, lxd.AutoSolver(rtol=1e-6, atol=1e-6,
-                                                     memory_budget="1GB"))
+        solver = optx.Newton(rtol=1e-8, atol=1e-8,
+                             linear_solver=lxd.AutoSolver(rtol=1e-10, atol=1e-10))
+        sol = optx.root_find(fn, solver, y0, args, tags=frozenset({lx.symmetric_tag}))
         ```
     """
 
@@ -42,12 +69,29 @@ class AutoSolver(lx.AbstractLinearSolver):
     max_steps: int | None = None
     well_posed: bool = True
     memory_budget: int | str | None = None
+    cost_model: CostModel = CostModel()
 
     def __check_init__(self):
         if self.memory_budget is not None:
             parse_memory_budget(self.memory_budget)
+        if not isinstance(self.cost_model, CostModel):
+            raise TypeError(
+                "`cost_model` of `AutoSolver` must be an `lxd.CostModel`; got "
+                f"{type(self.cost_model).__name__}."
+            )
 
     def budget(self, operator: lx.AbstractLinearOperator) -> int:
+        """The memory budget in bytes for `operator`.
+
+        **Arguments:**
+
+        - `operator`: the operator.
+
+        **Returns:**
+
+        `memory_budget` if set, else the budget of the operator's `Auto` policy,
+        else half of the free memory.
+        """
         if self.memory_budget is not None:
             return parse_memory_budget(self.memory_budget)
         if isinstance(operator, AbstractDispatchOperator) and isinstance(
@@ -56,29 +100,9 @@ class AutoSolver(lx.AbstractLinearSolver):
             return operator.policy.budget()
         return default_memory_budget()
 
-    def select(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearSolver:
-        """The solver this chooses for `operator`.
-
-        **Arguments:**
-
-        - `operator`: the operator.
-
-        **Returns:**
-
-        A lineax solver.
-        """
-        square = operator.in_size() == operator.out_size()
-        if self.well_posed and not square:
-            raise ValueError(
-                "`AutoSolver(well_posed=True)` needs a square operator; got "
-                f"{operator.out_size()} x {operator.in_size()}. Use "
-                "`AutoSolver(well_posed=False)` for least squares."
-            )
-        matrix_bytes = operator.in_size() * operator.out_size() * _itemsize(operator)
-        if matrix_bytes <= self.budget(operator):
-            return lx.AutoLinearSolver(well_posed=self.well_posed)
+    def _iterative(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearSolver:
         kwargs = dict(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
-        if not square:
+        if operator.in_size() != operator.out_size():
             return LSMR(**kwargs)
         if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(
             operator
@@ -88,25 +112,102 @@ class AutoSolver(lx.AbstractLinearSolver):
             return MINRES(**kwargs)
         return GMRES(**kwargs)
 
+    def choose(
+        self, operator: lx.AbstractLinearOperator
+    ) -> tuple[lx.AbstractLinearSolver, tuple[str, ...]]:
+        """The solver this chooses for `operator`, and why.
+
+        **Arguments:**
+
+        - `operator`: the operator.
+
+        **Returns:**
+
+        `(solver, reasons)`: a lineax solver and sentences explaining the choice.
+        """
+        m, n = operator.out_size(), operator.in_size()
+        if self.well_posed and m != n:
+            raise ValueError(
+                "`AutoSolver(well_posed=True)` needs a square operator; got "
+                f"{m} x {n}. Use `AutoSolver(well_posed=False)` for least squares."
+            )
+        iterative = self._iterative(operator)
+        direct = lx.AutoLinearSolver(well_posed=self.well_posed)
+        budget = self.budget(operator)
+        needed = 2 * m * n * _itemsize(operator)  # the matrix and its factors
+        if needed > budget:
+            return iterative, (
+                f"the dense matrix and its factors need {format_bytes(needed)}, over "
+                f"the budget of {format_bytes(budget)}: {type(iterative).__name__}, "
+                "matrix-free.",
+            )
+        o = observe(operator, memory_budget=budget)
+        model = self.cost_model
+        name, flops = _factor_flops(operator)
+        build_compile = 0.0 if o.explicit else model.materialise_fixed
+        build_run = 0.0 if o.explicit else n * o.mv_flops / model.flops_per_second
+        direct_time = (
+            build_compile
+            + batched_compile(o, model)
+            + build_run
+            + flops / model.factor_flops_per_second
+        )
+        steps = expected_iterations(self.max_steps, n)
+        mvs = 2 if isinstance(iterative, LSMR) else 1
+        step = mvs * mv_run(o, model) + model.krylov_step
+        step += 10 * (m + n) * o.itemsize / model.bytes_per_second
+        iterative_time = model.krylov_compile + mvs * mv_compile(o, model) + steps * step
+        estimates = (
+            f"{name} of the {m} x {n} matrix (built from {n} mvs of "
+            f"{o.mv_flops:.3g} flops) ~{direct_time:.3g} s; "
+            f"{type(iterative).__name__} ~{steps} iterations ~{iterative_time:.3g} s "
+            "(compile and one run)."
+        )
+        if direct_time <= iterative_time or not math.isfinite(iterative_time):
+            return direct, (
+                estimates,
+                f"direct is cheaper, and the matrix with its factors "
+                f"({format_bytes(needed)}) fits the budget of {format_bytes(budget)}.",
+            )
+        return iterative, (
+            estimates,
+            f"{type(iterative).__name__} is cheaper: matrix-free.",
+        )
+
+    def select(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearSolver:
+        """The solver this chooses for `operator` (see `choose`).
+
+        **Arguments:**
+
+        - `operator`: the operator.
+
+        **Returns:**
+
+        A lineax solver.
+        """
+        return self.choose(operator)[0]
+
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        if not isinstance(operator, AbstractDispatchOperator):
+            operator = with_policy(operator, Auto(memory_budget=self.memory_budget))
         solver = self.select(operator)
-        return solver, solver.init(operator, options)
+        return hide_static((solver, solver.init(operator, options)))
 
     def compute(
         self, state: Any, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        solver, inner = state
+        solver, inner = reveal_static(state)
         return solver.compute(inner, vector, options)
 
     def transpose(self, state: Any, options: dict[str, Any]):
-        solver, inner = state
+        solver, inner = reveal_static(state)
         inner, options = solver.transpose(inner, options)
-        return (solver, inner), options
+        return hide_static((solver, inner)), options
 
     def conj(self, state: Any, options: dict[str, Any]):
-        solver, inner = state
+        solver, inner = reveal_static(state)
         inner, options = solver.conj(inner, options)
-        return (solver, inner), options
+        return hide_static((solver, inner)), options
 
     def assume_full_rank(self):
         return self.well_posed
@@ -117,6 +218,8 @@ AutoSolver.__init__.__doc__ = """**Arguments:**
 - `rtol`, `atol`, `max_steps`: for the iterative solver, if one is chosen.
 - `well_posed`: `True` (the default) for square nonsingular systems, as lineax's
     `AutoLinearSolver`; `False` allows least-squares and minimum-norm solutions.
-- `memory_budget`: bytes or a string like `"2GB"` the dense matrix may take; `None`
-    uses the operator's `Auto` budget, else half of the free memory.
+- `memory_budget`: bytes or a string like `"2GB"` the dense matrix and its factors
+    may take; `None` uses the operator's `Auto` budget, else half of the free
+    memory.
+- `cost_model`: the machine constants of the estimates (an `lxd.CostModel`).
 """

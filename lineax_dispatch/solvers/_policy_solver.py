@@ -2,6 +2,10 @@
 
 from typing import Any
 
+import equinox as eqx
+import equinox.internal as eqxi
+import jax.extend as jex
+import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, PyTree
 
@@ -11,6 +15,65 @@ from ._prepare import expected_iterations, resolve_for_solve
 
 
 _ITERATIVE = (lx.CG, lx.GMRES, lx.BiCGStab, lx.LSMR, lx.Normal)
+
+
+class _AnyJaxpr:
+    """Holds a jaxpr as static metadata that compares equal to any other: the same
+    function traced twice (a primal and its JVP) gives two distinct jaxprs."""
+
+    def __init__(self, jaxpr: jex.core.Jaxpr):
+        self.jaxpr = jaxpr
+
+    def __hash__(self):
+        return 0
+
+    def __eq__(self, other):
+        return type(self) is type(other)
+
+
+def _wrap(leaf: Any) -> Any:
+    return _AnyJaxpr(leaf) if isinstance(leaf, jex.core.Jaxpr) else leaf
+
+
+def _unwrap(leaf: Any) -> Any:
+    return leaf.jaxpr if isinstance(leaf, _AnyJaxpr) else leaf
+
+
+def hide_static(state: Any) -> tuple[Any, eqxi.Static]:
+    """Splits a solver state into its arrays and a static remainder.
+
+    A lineax solver's state often holds the operator, and a linearised operator
+    holds a closure-converted function whose jaxpr is a pytree leaf. optimistix's
+    `Chord` keeps the state in its own state: through `lax.stop_gradient`, its loop
+    and its implicit JVP, which accept arrays only (lineax's own iterative solvers
+    fail there). With the state split, they see arrays only; jaxprs compare equal
+    as optimistix's own state does.
+
+    **Arguments:**
+
+    - `state`: a solver state.
+
+    **Returns:**
+
+    `(arrays, eqxi.Static(rest))`, for `reveal_static`.
+    """
+    dynamic, static = eqx.partition(state, eqx.is_array)
+    return dynamic, eqxi.Static(jtu.tree_map(_wrap, static))
+
+
+def reveal_static(state: tuple[Any, eqxi.Static]) -> Any:
+    """Inverse of `hide_static`.
+
+    **Arguments:**
+
+    - `state`: the output of `hide_static`.
+
+    **Returns:**
+
+    The solver state.
+    """
+    dynamic, static = state
+    return eqx.combine(dynamic, jtu.tree_map(_unwrap, static.value))
 
 
 class PolicySolver(lx.AbstractLinearSolver):
@@ -49,18 +112,20 @@ class PolicySolver(lx.AbstractLinearSolver):
             operator = resolve_for_solve(
                 operator, expected_iterations(max_steps, operator.in_size())
             )
-        return self.solver.init(operator, options)
+        return hide_static(self.solver.init(operator, options))
 
     def compute(
         self, state: Any, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        return self.solver.compute(state, vector, options)
+        return self.solver.compute(reveal_static(state), vector, options)
 
     def transpose(self, state: Any, options: dict[str, Any]):
-        return self.solver.transpose(state, options)
+        state, options = self.solver.transpose(reveal_static(state), options)
+        return hide_static(state), options
 
     def conj(self, state: Any, options: dict[str, Any]):
-        return self.solver.conj(state, options)
+        state, options = self.solver.conj(reveal_static(state), options)
+        return hide_static(state), options
 
     def assume_full_rank(self):
         return self.solver.assume_full_rank()

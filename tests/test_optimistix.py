@@ -1,0 +1,200 @@
+"""lineax-dispatch as the `linear_solver` of optimistix: Newton, Chord, GaussNewton,
+Dogleg, LevenbergMarquardt, IndirectLevenbergMarquardt and ImplicitAdjoint, under
+jit, vmap and grad, compared with optimistix's defaults."""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import optimistix as optx
+import pytest
+
+import lineax_dispatch as lxd
+
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+def root_fn(y, a):
+    return jnp.tanh(y) + a * y + 0.1 * jnp.roll(y, 1) ** 2 - jnp.arange(1.0, 5.0) / 10
+
+
+def residuals(p, data):
+    x, y = data
+    return p[0] * jnp.exp(-p[1] * x) + p[2] - y
+
+
+X = jnp.linspace(0.0, 2.0, 12)
+Y = 1.5 * jnp.exp(-0.7 * X) + 0.2 + 0.01 * jnp.sin(7 * X)
+P0 = jnp.array([1.0, 1.0, 0.0])
+
+
+ROOT_LINEAR_SOLVERS = {
+    "AutoSolver": lambda: lxd.AutoSolver(**TOL),
+    "LU+Auto": lambda: lxd.PolicySolver(lx.LU(), lxd.Auto()),
+    "GMRES+Auto": lambda: lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Auto()),
+    "GMRES+Outline": lambda: lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Outline()),
+    "lineaxGMRES+Lazy": lambda: lxd.PolicySolver(lx.GMRES(**TOL), lxd.Lazy()),
+    "LU+Materialise": lambda: lxd.PolicySolver(lx.LU(), lxd.Materialise(2)),
+}
+
+LSQ_LINEAR_SOLVERS = {
+    "AutoSolver": lambda: lxd.AutoSolver(**TOL, well_posed=False),
+    "QR+Auto": lambda: lxd.PolicySolver(lx.QR(), lxd.Auto()),
+    "Normal(CG)+Auto": lambda: lxd.PolicySolver(lxd.Normal(lxd.CG(**TOL)), lxd.Auto()),
+}
+
+
+def _root(solver_cls, linear_solver):
+    kwargs = {} if linear_solver is None else dict(linear_solver=linear_solver)
+    solver = solver_cls(rtol=1e-9, atol=1e-9, **kwargs)
+
+    def solve(a):
+        return optx.root_find(root_fn, solver, jnp.zeros(4), a, max_steps=64).value
+
+    return solve
+
+
+@pytest.mark.parametrize("solver_cls", [optx.Newton, optx.Chord])
+@pytest.mark.parametrize("name", list(ROOT_LINEAR_SOLVERS))
+def test_root_find(solver_cls, name):
+    ours = _root(solver_cls, ROOT_LINEAR_SOLVERS[name]())
+    default = _root(solver_cls, None)
+    a = jnp.array(2.0)
+    np.testing.assert_allclose(jax.jit(ours)(a), jax.jit(default)(a), rtol=1e-7)
+    assert jnp.max(jnp.abs(root_fn(jax.jit(ours)(a), a))) < 1e-8
+    grad = jax.jit(jax.grad(lambda a: ours(a).sum()))(a)
+    np.testing.assert_allclose(grad, jax.grad(lambda a: default(a).sum())(a), rtol=1e-6)
+    batch = jnp.array([1.5, 2.0, 3.0])
+    np.testing.assert_allclose(
+        jax.jit(jax.vmap(ours))(batch), jax.vmap(default)(batch), rtol=1e-7
+    )
+
+
+LSQ_SOLVERS = [
+    optx.GaussNewton,
+    optx.Dogleg,
+    optx.LevenbergMarquardt,
+    optx.IndirectLevenbergMarquardt,
+]
+
+
+def _fit(solver_cls, linear_solver):
+    kwargs = {} if linear_solver is None else dict(linear_solver=linear_solver)
+    solver = solver_cls(rtol=1e-10, atol=1e-10, **kwargs)
+
+    def fit(y):
+        return optx.least_squares(residuals, solver, P0, (X, y), max_steps=256).value
+
+    return fit
+
+
+@pytest.mark.parametrize("solver_cls", LSQ_SOLVERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", list(LSQ_LINEAR_SOLVERS))
+def test_least_squares(solver_cls, name):
+    ours = _fit(solver_cls, LSQ_LINEAR_SOLVERS[name]())
+    default = _fit(solver_cls, None)
+    np.testing.assert_allclose(jax.jit(ours)(Y), jax.jit(default)(Y), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(jax.jacrev(ours))(Y), jax.jacrev(default)(Y), rtol=1e-5, atol=1e-8
+    )
+    ys = jnp.stack([Y, 1.01 * Y])
+    np.testing.assert_allclose(
+        jax.jit(jax.vmap(ours))(ys), jax.vmap(default)(ys), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "linear_solver",
+    [
+        lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Auto()),
+        lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Outline()),
+        lxd.AutoSolver(**TOL),
+    ],
+    ids=["GMRES+Auto", "GMRES+Outline", "AutoSolver"],
+)
+def test_implicit_adjoint(linear_solver):
+    adjoint = optx.ImplicitAdjoint(linear_solver=linear_solver)
+
+    def solve(a, adjoint):
+        solver = optx.Newton(rtol=1e-9, atol=1e-9)
+        return optx.root_find(root_fn, solver, jnp.zeros(4), a, adjoint=adjoint).value
+
+    a = jnp.array(2.5)
+    ours = jax.jit(jax.jacrev(lambda a: solve(a, adjoint)))(a)
+    expected = jax.jacrev(lambda a: solve(a, optx.ImplicitAdjoint()))(a)
+    np.testing.assert_allclose(ours, expected, rtol=1e-7)
+    # Forward mode goes through the same linear solver.
+    _, tangent = jax.jvp(lambda a: solve(a, adjoint), (a,), (jnp.ones(()),))
+    np.testing.assert_allclose(tangent, expected, rtol=1e-7)
+
+    def fit(y, adjoint):
+        solver = optx.GaussNewton(rtol=1e-10, atol=1e-10)
+        return optx.least_squares(residuals, solver, P0, (X, y), adjoint=adjoint).value
+
+    lsq = lxd.PolicySolver(lxd.Normal(lxd.CG(**TOL)), lxd.Auto())
+    np.testing.assert_allclose(
+        jax.jit(jax.jacrev(lambda y: fit(y, optx.ImplicitAdjoint(lsq))))(Y),
+        jax.jacrev(lambda y: fit(y, optx.ImplicitAdjoint()))(Y),
+        rtol=1e-5,
+        atol=1e-8,
+    )
+
+
+def _bratu(u, lam):
+    n = round(u.size**0.5)
+    grid = jnp.pad(u.reshape(n, n), 1)
+    lap = grid[:-2, 1:-1] + grid[2:, 1:-1] + grid[1:-1, :-2] + grid[1:-1, 2:]
+    lap = (lap - 4 * grid[1:-1, 1:-1]) * (n + 1) ** 2
+    return (-lap - lam * jnp.exp(grid[1:-1, 1:-1])).reshape(-1)
+
+
+_PSD = frozenset({lx.symmetric_tag, lx.positive_semidefinite_tag})
+
+
+def test_memory_budget_keeps_newton_matrix_free():
+    """A budget below the dense Jacobian: `AutoSolver` picks CG and solves; a
+    materialising policy reports the bytes it would need, naming the budget."""
+    n = 12  # 144 unknowns: a 165,888-byte float64 Jacobian.
+    budget = 100_000
+    operator = lxd.JacobianLinearOperator(_bratu, jnp.zeros(n * n), 5.0, tags=_PSD)
+    chosen, reasons = lxd.AutoSolver(memory_budget=budget).choose(operator)
+    assert isinstance(chosen, lxd.CG)
+    assert "over the budget" in reasons[0]
+
+    def solve(linear_solver):
+        solver = optx.Newton(rtol=1e-9, atol=1e-9, linear_solver=linear_solver)
+        return optx.root_find(_bratu, solver, jnp.zeros(n * n), 5.0, tags=_PSD)
+
+    sol = jax.jit(solve, static_argnums=0)(
+        lxd.AutoSolver(**TOL, memory_budget=budget)
+    )
+    reference = jax.jit(solve, static_argnums=0)(lx.AutoLinearSolver(well_posed=None))
+    assert sol.result == optx.RESULTS.successful
+    np.testing.assert_allclose(sol.value, reference.value, rtol=1e-8, atol=1e-10)
+    over = lxd.PolicySolver(lx.LU(), lxd.Materialise(memory_budget=budget))
+    with pytest.raises(ValueError, match="over the memory budget of its `Materialise`"):
+        solve(over)
+
+
+def test_auto_solver_factorises_small_and_iterates_on_large_stencils():
+    small = lxd.JacobianLinearOperator(_bratu, jnp.zeros(8 * 8), 5.0, tags=_PSD)
+    large = lxd.JacobianLinearOperator(_bratu, jnp.zeros(64 * 64), 5.0, tags=_PSD)
+    solver = lxd.AutoSolver(memory_budget="4GB")
+    assert isinstance(solver.select(small), lx.AutoLinearSolver)
+    assert isinstance(solver.select(large), lxd.CG)
+    nonsymmetric = lxd.JacobianLinearOperator(_bratu, jnp.zeros(64 * 64), 5.0)
+    assert isinstance(solver.select(nonsymmetric), lxd.GMRES)
+
+
+def test_chord_keeps_a_linearised_operator_in_its_state():
+    """Chord stores the linear solver's state (which holds a closure-converted
+    operator) in its own state; `PolicySolver` keeps only arrays there, so even
+    lineax's GMRES works under jit and grad."""
+    solve = _root(optx.Chord, lxd.PolicySolver(lx.GMRES(**TOL), lxd.Auto()))
+    a = jnp.array(2.0)
+    np.testing.assert_allclose(
+        jax.jit(solve)(a), jax.jit(_root(optx.Chord, None))(a), rtol=1e-7
+    )
+    with jax.checking_leaks():
+        jax.jit(jax.grad(lambda a: solve(a).sum()))(a)
