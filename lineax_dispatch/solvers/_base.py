@@ -28,7 +28,20 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     iteration itself. An expensive `mv` is therefore traced and compiled once.
 
     Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
-    do (same names, order and defaults).
+    do (same names, order and defaults), call `self.prepare(operator)` in `init`
+    (which fixes an `Auto` operator's decision once per solve), and implement
+    `solve_system(system, precond, y0)`, whose loop applies the operator only
+    through `system.apply(x, residual)`. [`lineax_dispatch.Normal`][] relies on
+    this to hand them the normal equations with one site for `A` and one for its
+    transpose.
+
+    !!! Example
+
+        ```python
+        solver = lxd.CG(rtol=1e-6, atol=1e-6)
+        assert isinstance(solver, lxd.AbstractOneSiteSolver)
+        assert isinstance(solver, lx.AbstractLinearSolver)
+        ```
     """
 
     # Whether `options["preconditioner"]` must be tagged positive semidefinite.

@@ -149,7 +149,9 @@ def batch_mv(
     !!! Example
 
         ```python
-        ys = lxd.batch_mv(op, xs)   # xs: (batch, n)
+        op = lxd.MatrixLinearOperator(jnp.array([[2.0, 1.0], [1.0, 3.0]]))
+        ys = lxd.batch_mv(op, jnp.ones((5, 2)))  # shape (5, 2)
+        ys = lxd.batch_mv(op, jnp.ones((5, 2)), policy=lxd.VmapBatch(batch_size=2))
         ```
     """
     batch = check_vectors(vectors, operator.in_structure(), "input structure")
@@ -206,12 +208,17 @@ def batch_solve(
 
     **Returns:**
 
-    An `lx.Solution` whose `value`, `result` and `stats` have a leading batch axis.
+    A [`lineax.Solution`][] whose `value`, `result` and `stats` have a leading
+    batch axis.
 
     !!! Example
 
         ```python
-        sol = lxd.batch_solve(op, bs, lx.LU())   # bs: (batch, n)
+        matrix = jnp.array([[2.0, 1.0], [1.0, 3.0]])
+        op = lxd.MatrixLinearOperator(matrix, lx.positive_semidefinite_tag)
+        bs = jnp.ones((8, 2))  # 8 right-hand sides
+        sol = lxd.batch_solve(op, bs, lx.LU())  # factors once; sol.value: (8, 2)
+        sol = lxd.batch_solve(op, bs, lxd.CG(rtol=1e-6, atol=1e-6), batch_size=4)
         ```
     """
     batch_size = check_batch_size(batch_size)

@@ -41,6 +41,15 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
     `breakdown` when one of the recurrence's scalars vanishes before convergence,
     `nonfinite_input`. Breakdown is tested as `|x| == 0` in float64 and
     `|x| < 1e-16` in lower precision (lineax tests the signed value).
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.array([[3.0, 1.0], [-1.0, 2.0]]))
+        b = jnp.array([1.0, 2.0])
+        sol = lx.linear_solve(op, b, lxd.BiCGStab(rtol=1e-6, atol=1e-6),
+                              options={"y0": jnp.zeros(2)})
+        ```
     """
 
     rtol: float

@@ -58,8 +58,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
     !!! Example
 
         ```python
-        op = lxd.MatrixLinearOperator(spd, lx.positive_semidefinite_tag)
-        sol = lx.linear_solve(op, b, lxd.CG(rtol=1e-6, atol=1e-6))
+        matrix = jnp.array([[4.0, 1.0], [1.0, 3.0]])
+        op = lxd.MatrixLinearOperator(matrix, lx.positive_semidefinite_tag)
+        sol = lx.linear_solve(op, jnp.array([1.0, 2.0]), lxd.CG(rtol=1e-6, atol=1e-6))
         ```
     """
 

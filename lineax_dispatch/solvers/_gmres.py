@@ -43,6 +43,14 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
 
     Results: `max_steps_reached` (or `singular` when `max_steps=None`),
     `stagnation`, `breakdown`, `nonfinite_input`.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.array([[3.0, 1.0], [-1.0, 2.0]]))
+        solver = lxd.GMRES(rtol=1e-6, atol=1e-6, restart=10)
+        sol = lx.linear_solve(op, jnp.array([1.0, 2.0]), solver)
+        ```
     """
 
     rtol: float

@@ -46,7 +46,10 @@ def linear_solve(
     !!! Example
 
         ```python
+        fn = lambda x: 3 * x - jnp.roll(x, 1) - jnp.roll(x, -1)  # positive definite
+        structure = jax.ShapeDtypeStruct((4,), jnp.float32)
         op = lxd.FunctionLinearOperator(fn, structure, lx.positive_semidefinite_tag)
+        b = jnp.arange(4.0, dtype=jnp.float32)
         sol = lxd.linear_solve(op, b, lxd.CG(rtol=1e-6, atol=1e-6),
                                policy=lxd.Outline())
         ```

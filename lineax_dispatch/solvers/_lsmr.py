@@ -88,8 +88,9 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
     !!! Example
 
         ```python
-        op = lxd.MatrixLinearOperator(tall_matrix)
-        sol = lx.linear_solve(op, b, lxd.LSMR(rtol=1e-6, atol=1e-6))
+        op = lxd.MatrixLinearOperator(jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        b = jnp.array([1.0, 2.0, 4.0])
+        sol = lx.linear_solve(op, b, lxd.LSMR(rtol=1e-6, atol=1e-6))  # least squares
         ```
     """
 

@@ -60,7 +60,9 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
     !!! Example
 
         ```python
+        indefinite = jnp.array([[1.0, 2.0], [2.0, -1.0]])
         op = lxd.MatrixLinearOperator(indefinite, lx.symmetric_tag)
+        b = jnp.array([1.0, 0.0])
         sol = lx.linear_solve(op, b, lxd.MINRES(rtol=1e-6, atol=1e-6))
         ```
     """

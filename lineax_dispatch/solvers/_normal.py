@@ -67,7 +67,9 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
     !!! Example
 
         ```python
-        sol = lx.linear_solve(tall_op, b, lxd.Normal(lxd.CG(rtol=1e-6, atol=1e-6)))
+        op = lxd.MatrixLinearOperator(jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        b = jnp.array([1.0, 2.0, 4.0])
+        sol = lx.linear_solve(op, b, lxd.Normal(lxd.CG(rtol=1e-6, atol=1e-6)))
         ```
     """
 

@@ -13,7 +13,26 @@ from ..policies._registry import current_session, operator_key, record_call
 def expected_iterations(max_steps: int | None, size: int) -> int:
     """How many `mv`s an iterative solve is expected to take: `2 sqrt(n)` (at
     least 10), capped by `max_steps`. Well-conditioned Krylov solves usually take
-    far fewer than lineax's bound of `10 n`."""
+    far fewer than lineax's bound of `10 n`.
+
+    **Arguments:**
+
+    - `max_steps`: the solver's `max_steps` (`None` for lineax's default).
+    - `size`: the number of unknowns.
+
+    **Returns:**
+
+    The expected number of `mv`s, a positive int.
+
+    !!! Example
+
+        ```python
+        from lineax_dispatch.solvers import expected_iterations
+
+        assert expected_iterations(None, 10_000) == 200
+        assert expected_iterations(50, 10_000) == 50
+        ```
+    """
     guess = max(10, math.ceil(2 * math.sqrt(max(size, 1))))
     return guess if max_steps is None else max(1, min(max_steps, guess))
 
@@ -51,6 +70,16 @@ def resolve_for_solve(
     **Returns:**
 
     An equivalent operator.
+
+    !!! Example
+
+        ```python
+        from lineax_dispatch.solvers import resolve_for_solve
+
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)  # policy=lxd.Auto()
+        fixed = resolve_for_solve(op, executions=100)  # in a solver's `init`
+        ```
     """
     if not isinstance(operator, AbstractDispatchOperator):
         return operator
