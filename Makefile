@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export OPENBLAS_NUM_THREADS ?= 1
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,26 @@ demo: $(VENV)/.installed-benchmarks
 test: $(VENV)/.installed-tests
 	$(BIN)/python -m pytest -q -n 2 tests
 
+# The documentation site, into site/; any warning fails it.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# Every benchmark in benchmarks/ (many minutes), rewriting the JSON files and plots
+# in benchmarks/results/ that the docs' Benchmarks page is built from. To check the
+# command lines without touching the results:
+#   make bench BENCH_FLAGS=--quick BENCH_OUT=/tmp/bench
+BENCH_OUT ?= benchmarks/results
+BENCH_FLAGS ?=
 bench: $(VENV)/.installed-benchmarks
-	$(BIN)/python benchmarks/callsites.py
+	$(BIN)/python benchmarks/callsites.py $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python benchmarks/callsites.py --layers 64 $(BENCH_FLAGS) \
+		--out $(BENCH_OUT)/callsites-64-layers
+	$(BIN)/python benchmarks/solvers.py --solvers cg,bicgstab $(BENCH_FLAGS) \
+		--out $(BENCH_OUT)
+	$(BIN)/python benchmarks/solvers.py --solvers gmres,lsmr,normal,minres \
+		--repeats 1 $(BENCH_FLAGS) --out $(BENCH_OUT)/solvers-others
+	$(BIN)/python benchmarks/auto.py $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python benchmarks/batch.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

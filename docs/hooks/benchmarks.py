@@ -1,0 +1,343 @@
+"""MkDocs hook: the Benchmarks page, built from `benchmarks/results/` at build time.
+
+- `on_files`: every PNG under `benchmarks/results/` is published as
+  `benchmark-results/<path>`, so the page shows the plots `make bench` last wrote
+  without copying them into `docs/`.
+- `on_page_markdown`: in `benchmarks.md`, a line `<!-- bench NAME -->` (NAME the
+  path of a JSON file under `benchmarks/results/`, without `.json`) becomes its
+  plot, its tables and the machine and versions it came from; `<!-- bench
+  environments -->` becomes a table of every results file's environment.
+
+A missing results file or one whose format is not understood logs a warning, so
+`mkdocs build --strict` fails rather than publishing an empty or stale table.
+"""
+
+import datetime
+import json
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+
+log = logging.getLogger("mkdocs.hooks.benchmarks")
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+SITE_DIR = "benchmark-results"
+PAGE = "benchmarks.md"
+MARKER = re.compile(r"^<!-- bench (\S+) -->$", re.MULTILINE)
+ENV_COLUMNS = (
+    ("machine", "machine"),
+    ("jax_backend", "backend"),
+    ("OPENBLAS_NUM_THREADS", "OpenBLAS threads"),
+    ("python", "Python"),
+    ("jax", "jax / jaxlib"),
+    ("lineax", "lineax"),
+    ("equinox", "equinox"),
+    ("lineax_dispatch", "lineax-dispatch"),
+)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _table(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _recorded(path: Path) -> str:
+    """Date of the last commit of `path`, or of the file if it has changes since."""
+    mtime = datetime.date.fromtimestamp(path.stat().st_mtime).isoformat()
+    try:
+
+        def git(*args):
+            return subprocess.run(
+                ("git", *args), cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.strip()
+
+        if git("status", "--porcelain", "--", str(path)):
+            return f"{mtime} (not committed)"
+        return git("log", "-1", "--format=%cs", "--", str(path)) or mtime
+    except (OSError, subprocess.CalledProcessError):
+        return mtime
+
+
+def _environment(data: dict, path: Path) -> dict:
+    env = dict(data["environment"])
+    env["recorded"] = _recorded(path)
+    env["total_seconds"] = f"{data.get('total_seconds', float('nan')):.0f} s"
+    if isinstance(env.get("jax_devices"), list):
+        env["jax_devices"] = ", ".join(env["jax_devices"])
+    return env
+
+
+def _environment_line(env: dict) -> str:
+    return (
+        f"*Recorded {env['recorded']} on {env['machine']}, {env['cpu_count']} CPUs, "
+        f"{env['platform']}; JAX backend {env['jax_backend']}, "
+        f"`OPENBLAS_NUM_THREADS={env['OPENBLAS_NUM_THREADS']}`; Python "
+        f"{env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, lineax "
+        f"{env['lineax']}, equinox {env['equinox']}, lineax-dispatch "
+        f"{env['lineax_dispatch']}; the benchmark took {env['total_seconds']}.*"
+    )
+
+
+def _config(config: dict) -> str:
+    rows = [(f"`{k}`", f"`{json.dumps(v, default=str)}`") for k, v in config.items()]
+    body = _table(("setting", "value"), rows).replace("\n", "\n    ")
+    return '??? note "Configuration"\n\n    ' + body
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _callsites(data: dict) -> str:
+    results = data["results"]
+    ks = [r["k"] for r in results["lineax"]]
+    lineax = {r["k"]: r["compile_total_s"] for r in results["lineax"]}
+    headers = ["variant", f"k={ks[0]}"] + [f"k={k}" for k in ks[1:]]
+    headers += [f"k={ks[-1]} vs lineax", "run per mv"]
+    rows = []
+    for name, rs in results.items():
+        first = rs[0]["compile_total_s"]
+        runs = [r["run_per_mv_s"] for r in rs]
+        rows.append(
+            [name, f"{first:.3f} s"]
+            + [f"{r['compile_total_s'] / first:.2f}x" for r in rs[1:]]
+            + [
+                f"{rs[-1]['compile_total_s'] / lineax[rs[-1]['k']]:.2f}x",
+                f"{_ms(min(runs))} - {_ms(max(runs))}",
+            ]
+        )
+    return f"Compile total at k={ks[0]} call sites, then relative to it:\n\n" + _table(
+        headers, rows
+    )
+
+
+def _solvers(data: dict) -> str:
+    bare = data["bare_mv"]
+    rows = []
+    for key, r in data["results"].items():
+        lin, ours = r["lineax"], r["ours"]
+        per_mv = 2 * r["layers"]
+
+        def steps(t):
+            done = t["result"] == "successful"
+            return str(t["num_steps"]) + ("" if done else f" ({t['result']})")
+
+        rows.append(
+            (
+                f"{r['lineax_solver']} / {r['ours_solver']}",
+                f"{lin['compile_total_s']:.3f} s",
+                f"{ours['compile_total_s']:.3f} s",
+                f"{ours['compile_total_s'] / lin['compile_total_s']:.2f}x",
+                _ms(lin["run_s"]),
+                _ms(ours["run_s"]),
+                f"{ours['run_per_step_s'] / lin['run_per_step_s']:.3f}x",
+                f"{steps(lin)} / {steps(ours)}",
+                f"{lin['matmuls_in_hlo'] / per_mv:g} / {ours['matmuls_in_hlo'] / per_mv:g}",
+            )
+        )
+    headers = (
+        "lineax / ours",
+        "lineax compile",
+        "ours compile",
+        "ours/lineax",
+        "lineax run",
+        "ours run",
+        "run per step ours/lineax",
+        "steps (lineax / ours)",
+        "`mv` copies in HLO",
+    )
+    out = _table(headers, rows)
+    out += (
+        f"\n\nOne bare `mv` compiles in {bare['compile_total_s']:.3f} s and runs in "
+        f"{_ms(bare['run_s'])}."
+    )
+    for key, why in {**data.get("skipped", {}), **data.get("failed", {})}.items():
+        out += f"\n\nNot measured: {key} ({why})."
+    return out
+
+
+def _auto(data: dict) -> str:
+    s = data["summary"]
+    summary = _table(
+        (
+            "cases",
+            "Auto / best, median",
+            "Auto / best, worst",
+            "Auto picked the best",
+            "lineax / best, median",
+        ),
+        [
+            (
+                s["cases"],
+                f"{s['median_auto_over_best']:.2f}x",
+                f"{s['worst_auto_over_best']:.2f}x ({s['worst_case']})",
+                f"{s['auto_picked_best']} of {s['cases']}",
+                f"{s['median_lineax_over_best']:.2f}x",
+            )
+        ],
+    )
+    worst = _table(
+        ("case", "best", "Auto chose", "Auto / best"),
+        [
+            (w["case"], w["best"], w["auto_choice"], f"{w['auto_over_best']:.2f}x")
+            for w in data["worst_cases"]
+        ],
+    )
+    out = f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
+    check = data.get("sites_check")
+    if check:
+        k0, k1 = check["sites"][0], check["sites"][-1]
+        rows = [
+            (name, f"{check[name]['ratio']:.2f}x")
+            for name in ("lineax", "Auto")
+            if name in check
+        ]
+        out += (
+            f"\n\nCompile total at {k1} call sites over {k0} (n={check['n']}, "
+            f"{check['layers']} layers; Auto under `lxd.jit`):\n\n"
+            + _table(("variant", f"k={k1} / k={k0}"), rows)
+        )
+    return out
+
+
+def _batch(data: dict) -> str:
+    config, cg, mem = data["config"], data["cg"], data["memory"]
+    dense = _table(
+        (
+            "right-hand sides",
+            "`batch_solve`",
+            "Python loop",
+            "LU limit",
+            "`batch_solve` / limit",
+            "loop / `batch_solve`",
+        ),
+        [
+            (
+                r["batch"],
+                _ms(r["batch_solve_s"]),
+                _ms(r["loop_s"]),
+                _ms(r["limit_s"]),
+                f"{r['batch_solve_over_limit']:.2f}x",
+                f"{r['loop_over_batch_solve']:.1f}x",
+            )
+            for r in data["dense"]
+        ],
+    )
+    cg_table = _table(
+        ("", "compile total", "run", "total", "steps (max)"),
+        [
+            (
+                label,
+                f"{cg[k]['compile_total_s']:.3f} s",
+                _ms(cg[k]["run_s"]),
+                f"{cg[k]['total_s']:.3f} s",
+                cg[k]["steps_max"],
+            )
+            for k, label in (
+                ("auto", "`batch_solve`, Auto"),
+                ("lineax", "vmapped lineax CG"),
+            )
+        ],
+    )
+    mem_table = _table(
+        ("", "peak RSS growth", "run"),
+        [
+            (label, f"{mem[k]['growth_mb']:.0f} MB", f"{mem[k]['run_s']:.2f} s")
+            for k, label in (
+                ("auto_chunked", f"Auto: {mem['decision']['policy']}"),
+                ("lockstep", "lockstep"),
+            )
+        ],
+    )
+    return (
+        f"(a) Dense SPD n={config['dense_n']}, `lx.LU()`, run times:\n\n{dense}\n\n"
+        f"(b) Matrix-free SPD n={config['n']}, {config['layers']} layers, "
+        f"{config['rhs']} right-hand sides, CG; Auto decided "
+        f"`{cg['decision']['policy']}`:\n\n{cg_table}\n\n"
+        f"(c) {config['mem_rhs']} right-hand sides of n={config['mem_n']} under a "
+        f"{mem['budget'] / 2**20:g} MiB budget:\n\n{mem_table}"
+    )
+
+
+TABLES = {"callsites": _callsites, "solvers": _solvers, "auto": _auto, "batch": _batch}
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _section(name: str, page_dir: str) -> str:
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        log.warning(f"Benchmarks page: {path} is missing (run `make bench`).")
+        return f"*No results: `benchmarks/results/{name}.json` is missing.*"
+    data = json.loads(path.read_text())
+    kind = Path(name).name
+    try:
+        tables = TABLES[kind](data)
+        env = _environment(data, path)
+        parts = [_environment_line(env), tables, _config(data["config"])]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as e:
+        log.warning(f"Benchmarks page: cannot read {path} ({type(e).__name__}: {e}).")
+        return f"*Could not read `benchmarks/results/{name}.json`.*"
+    png = RESULTS / f"{name}.png"
+    if png.is_file():
+        parts.insert(0, f"![{name}]({page_dir}{SITE_DIR}/{name}.png)")
+    else:
+        log.warning(f"Benchmarks page: {png} is missing (run `make bench`).")
+    return "\n\n".join(parts)
+
+
+def _environments() -> str:
+    """One row per distinct environment, naming the results files measured in it."""
+    groups: dict[tuple, list[str]] = {}
+    platforms = set()
+    for path in sorted(RESULTS.rglob("*.json")):
+        try:
+            env = json.loads(path.read_text())["environment"]
+            env = dict(
+                env,
+                machine=f"{env['machine']}, {env['cpu_count']} CPUs",
+                jax=f"{env['jax']} / {env['jaxlib']}",
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning(f"Benchmarks page: cannot read {path} ({e}).")
+            continue
+        platforms.add(str(env.get("platform", "?")))
+        row = tuple(str(env.get(key, "?")) for key, _ in ENV_COLUMNS)
+        groups.setdefault(row, []).append(f"`{path.relative_to(RESULTS).as_posix()}`")
+    table = _table(
+        ["results"] + [label for _, label in ENV_COLUMNS],
+        [[", ".join(names), *row] for row, names in groups.items()],
+    )
+    return f"{table}\n\nPlatform: {', '.join(sorted(platforms))}."
+
+
+def on_files(files, config, **kwargs):
+    for png in sorted(RESULTS.rglob("*.png")):
+        uri = f"{SITE_DIR}/{png.relative_to(RESULTS).as_posix()}"
+        files.append(File.generated(config, uri, abs_src_path=str(png)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    if page.file.src_uri != PAGE:
+        return markdown
+    page_dir = "../" * PAGE.count("/")
+
+    def render(match):
+        name = match.group(1)
+        return _environments() if name == "environments" else _section(name, page_dir)
+
+    return MARKER.sub(render, markdown)
