@@ -58,9 +58,18 @@ class AutoSolver(lx.AbstractLinearSolver):
     !!! Example
 
         ```python
-        solver = optx.Newton(rtol=1e-8, atol=1e-8,
-                             linear_solver=lxd.AutoSolver(rtol=1e-10, atol=1e-10))
-        sol = optx.root_find(fn, solver, y0, args, tags=frozenset({lx.symmetric_tag}))
+        import optimistix as optx
+
+        def fn(y, args):  # a root-finding problem with a symmetric Jacobian
+            return 3.0 * y + jnp.tanh(y) - args
+
+        solver = optx.Newton(rtol=1e-6, atol=1e-6,
+                             linear_solver=lxd.AutoSolver(rtol=1e-8, atol=1e-8))
+        tags = frozenset({lx.symmetric_tag, lx.positive_semidefinite_tag})
+        sol = optx.root_find(fn, solver, jnp.zeros(3), jnp.ones(3), tags=tags)
+
+        op = lxd.JacobianLinearOperator(fn, jnp.zeros(3), jnp.ones(3), tags=tags)
+        chosen, reasons = lxd.AutoSolver().choose(op)  # a Cholesky, for 3 unknowns
         ```
     """
 

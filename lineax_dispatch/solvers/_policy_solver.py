@@ -87,9 +87,14 @@ class PolicySolver(lx.AbstractLinearSolver):
     !!! Example
 
         ```python
-        solver = optx.Newton(rtol=1e-6, atol=1e-6,
-                             linear_solver=lxd.PolicySolver(lxd.GMRES(1e-6, 1e-6),
-                                                            lxd.Auto()))
+        import optimistix as optx
+
+        def fn(y, args):
+            return y + 0.1 * jnp.sin(jnp.roll(y, 1)) - args
+
+        linear_solver = lxd.PolicySolver(lxd.GMRES(rtol=1e-6, atol=1e-6), lxd.Auto())
+        solver = optx.Newton(rtol=1e-5, atol=1e-5, linear_solver=linear_solver)
+        sol = optx.root_find(fn, solver, jnp.zeros(4), jnp.ones(4))
         ```
     """
 
