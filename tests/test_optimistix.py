@@ -198,3 +198,19 @@ def test_chord_keeps_a_linearised_operator_in_its_state():
     )
     with jax.checking_leaks():
         jax.jit(jax.grad(lambda a: solve(a).sum()))(a)
+
+
+def test_explain_reports_auto_solver_choices():
+    def solve(lam, budget):
+        linear_solver = lxd.AutoSolver(**TOL, memory_budget=budget)
+        solver = optx.Newton(rtol=1e-9, atol=1e-9, linear_solver=linear_solver)
+        u0 = jnp.zeros(16)
+        return optx.root_find(_bratu, solver, u0, lam, tags=_PSD).value
+
+    direct = lxd.explain(lambda lam: solve(lam, None), 5.0)
+    assert [s[2] for s in direct.solves] == ["AutoLinearSolver"]
+    assert "16x16 -> AutoLinearSolver: Cholesky" in str(direct)
+    matrix_free = lxd.explain(lambda lam: solve(lam, 1000), 5.0)
+    assert [s[2] for s in matrix_free.solves] == ["CG"]
+    assert "over the budget of 1 KB" in str(matrix_free)
+    assert matrix_free.rows[0].operator == "FunctionLinearOperator"

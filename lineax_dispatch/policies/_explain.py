@@ -55,6 +55,7 @@ class ExplainReport(eqx.Module):
     """
 
     rows: tuple[ExplainRow, ...]
+    solves: tuple[tuple[str, str, str, tuple[str, ...]], ...] = ()
 
     def __str__(self) -> str:
         headers = (
@@ -99,6 +100,10 @@ class ExplainReport(eqx.Module):
                 lines.append(f"{row.operator} traced at: {where}")
         if not self.rows:
             lines.append("(no operator with an Auto policy was applied)")
+        if self.solves:
+            lines.append("linear solves (lxd.AutoSolver):")
+        for operator, size, solver, reasons in self.solves:
+            lines.append(f"  {operator} {size} -> {solver}: " + " ".join(reasons))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -112,6 +117,8 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
     site was traced, as `file:line (source)`), `executions` (expected runs of `mv`
     per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
     and `decision` (a [`lineax_dispatch.Decision`][]).
+- `solves`: the choices of every `lxd.AutoSolver` in the program, as
+    `(operator, size, solver, reasons)`.
 """
 
 
@@ -204,4 +211,4 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
             )
         )
     observed.matrices.clear()
-    return ExplainReport(tuple(rows))
+    return ExplainReport(tuple(rows), tuple(dict.fromkeys(observed.solver_choices)))

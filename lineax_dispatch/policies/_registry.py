@@ -93,6 +93,10 @@ class Session:
     decisions: dict[Any, Any] = dataclasses.field(default_factory=dict)
     matrices: dict[Any, Any] = dataclasses.field(default_factory=dict)
     top_trace: Any = None
+    # `AutoSolver`'s choices: (operator, size, solver, reasons), for `explain`.
+    solver_choices: list[tuple[str, str, str, tuple[str, ...]]] = dataclasses.field(
+        default_factory=list
+    )
 
 
 # Expected executions of an `mv` traced below the top level of `lxd.jit` (a loop
@@ -141,6 +145,16 @@ def cost_cache() -> dict:
 
 def current_session() -> Session | None:
     return _SESSION.get()
+
+
+def record_solver_choice(
+    operator: str, size: str, solver: str, reasons: tuple[str, ...]
+) -> None:
+    """Notes a solver choice in the observing trace of `lxd.jit` or `lxd.explain`,
+    if one is running."""
+    active = _SESSION.get()
+    if active is not None and active.observing:
+        active.solver_choices.append((operator, size, solver, reasons))
 
 
 @contextlib.contextmanager

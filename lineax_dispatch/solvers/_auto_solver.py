@@ -13,6 +13,7 @@ from ..operators import AbstractDispatchOperator, with_policy
 from ..policies import Auto, CostModel, observe, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 from ..policies._decide import batched_compile, mv_compile, mv_run
+from ..policies._registry import record_solver_choice
 from ._cg import CG
 from ._gmres import GMRES
 from ._lsmr import LSMR
@@ -199,7 +200,13 @@ class AutoSolver(lx.AbstractLinearSolver):
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         if not isinstance(operator, AbstractDispatchOperator):
             operator = with_policy(operator, Auto(memory_budget=self.memory_budget))
-        solver = self.select(operator)
+        solver, reasons = self.choose(operator)
+        record_solver_choice(
+            type(operator).__name__,
+            f"{operator.out_size()}x{operator.in_size()}",
+            type(solver).__name__,
+            reasons,
+        )
         return hide_static((solver, solver.init(operator, options)))
 
     def compute(
