@@ -99,7 +99,10 @@ class ExplainReport(eqx.Module):
                 )
                 lines.append(f"{row.operator} traced at: {where}")
         if not self.rows:
-            lines.append("(no operator with an Auto policy was applied)")
+            lines.append(
+                "(no operator with an Auto policy had its mv applied"
+                + (": the linear solves below materialise theirs)" if self.solves else ")")
+            )
         if self.solves:
             lines.append("linear solves (lxd.AutoSolver):")
         for operator, size, solver, reasons in self.solves:
