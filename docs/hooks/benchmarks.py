@@ -29,6 +29,20 @@ RESULTS = ROOT / "benchmarks" / "results"
 SITE_DIR = "benchmark-results"
 PAGE = "benchmarks.md"
 MARKER = re.compile(r"^<!-- bench (\S+) -->$", re.MULTILINE)
+ENV_KEYS = (
+    "machine",
+    "cpu_count",
+    "platform",
+    "jax_backend",
+    "jax_devices",
+    "OPENBLAS_NUM_THREADS",
+    "python",
+    "jax",
+    "jaxlib",
+    "lineax",
+    "equinox",
+    "lineax_dispatch",
+)
 ENV_COLUMNS = (
     ("machine", "machine"),
     ("jax_backend", "backend"),
@@ -72,22 +86,25 @@ def _recorded(path: Path) -> str:
 
 
 def _environment(data: dict, path: Path) -> dict:
-    env = dict(data["environment"])
+    """The results file's environment, with "?" for what it does not record."""
+    env = {key: "?" for key in ENV_KEYS}
+    env.update(data.get("environment") or {})
     env["recorded"] = _recorded(path)
-    env["total_seconds"] = f"{data.get('total_seconds', float('nan')):.0f} s"
-    if isinstance(env.get("jax_devices"), list):
+    if isinstance(env["jax_devices"], list):
         env["jax_devices"] = ", ".join(env["jax_devices"])
     return env
 
 
-def _environment_line(env: dict) -> str:
+def _environment_line(env: dict, data: dict) -> str:
+    took = data.get("total_seconds")
+    took = "" if took is None else f"; the benchmark took {took:.0f} s"
     return (
         f"*Recorded {env['recorded']} on {env['machine']}, {env['cpu_count']} CPUs, "
         f"{env['platform']}; JAX backend {env['jax_backend']}, "
         f"`OPENBLAS_NUM_THREADS={env['OPENBLAS_NUM_THREADS']}`; Python "
         f"{env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, lineax "
         f"{env['lineax']}, equinox {env['equinox']}, lineax-dispatch "
-        f"{env['lineax_dispatch']}; the benchmark took {env['total_seconds']}.*"
+        f"{env['lineax_dispatch']}{took}.*"
     )
 
 
@@ -277,51 +294,62 @@ TABLES = {"callsites": _callsites, "solvers": _solvers, "auto": _auto, "batch": 
 # ------------------------------------------------------------------ rendering
 
 
-def _section(name: str, page_dir: str) -> str:
-    path = RESULTS / f"{name}.json"
+def _section(name: str, page_dir: str, required: bool = True) -> str:
+    """Plot, environment, tables and configuration of `<name>.json`/`.png`; what
+    is missing is a warning when `required` (named on the page)."""
+    path, png = RESULTS / f"{name}.json", RESULTS / f"{name}.png"
+    parts = []
+    if png.is_file():
+        parts.append(f"![{name}]({page_dir}{SITE_DIR}/{name}.png)")
+    elif required:
+        log.warning(f"Benchmarks page: {png} is missing (run `make bench`).")
     if not path.is_file():
-        log.warning(f"Benchmarks page: {path} is missing (run `make bench`).")
-        return f"*No results: `benchmarks/results/{name}.json` is missing.*"
-    data = json.loads(path.read_text())
-    kind = Path(name).name
+        if required:
+            log.warning(f"Benchmarks page: {path} is missing (run `make bench`).")
+        return "\n\n".join(parts + [f"*No results file `{name}.json`.*"])
     try:
-        tables = TABLES[kind](data)
-        env = _environment(data, path)
-        parts = [_environment_line(env), tables, _config(data["config"])]
+        data = json.loads(path.read_text())
+        parts.append(_environment_line(_environment(data, path), data))
+        if Path(name).name in TABLES:
+            parts.append(TABLES[Path(name).name](data))
+        if isinstance(data.get("config"), dict):
+            parts.append(_config(data["config"]))
     except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as e:
         log.warning(f"Benchmarks page: cannot read {path} ({type(e).__name__}: {e}).")
-        return f"*Could not read `benchmarks/results/{name}.json`.*"
-    png = RESULTS / f"{name}.png"
-    if png.is_file():
-        parts.insert(0, f"![{name}]({page_dir}{SITE_DIR}/{name}.png)")
-    else:
-        log.warning(f"Benchmarks page: {png} is missing (run `make bench`).")
+        parts.append(f"*Could not read `benchmarks/results/{name}.json`.*")
     return "\n\n".join(parts)
 
 
-def _environments() -> str:
-    """One row per distinct environment, naming the results files measured in it."""
+def _results_names() -> list[str]:
+    """Every results file (JSON or PNG) under `benchmarks/results/`, as a name."""
+    paths = [*RESULTS.rglob("*.json"), *RESULTS.rglob("*.png")]
+    return sorted({p.relative_to(RESULTS).with_suffix("").as_posix() for p in paths})
+
+
+def _environments(names: list[str]) -> str:
+    """One row per distinct environment, naming the results measured in it."""
     groups: dict[tuple, list[str]] = {}
     platforms = set()
-    for path in sorted(RESULTS.rglob("*.json")):
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if not path.is_file():
+            continue
         try:
-            env = json.loads(path.read_text())["environment"]
-            env = dict(
-                env,
-                machine=f"{env['machine']}, {env['cpu_count']} CPUs",
-                jax=f"{env['jax']} / {env['jaxlib']}",
-            )
-        except (KeyError, TypeError, ValueError) as e:
+            env = _environment(json.loads(path.read_text()), path)
+        except (TypeError, ValueError) as e:
             log.warning(f"Benchmarks page: cannot read {path} ({e}).")
             continue
-        platforms.add(str(env.get("platform", "?")))
-        row = tuple(str(env.get(key, "?")) for key, _ in ENV_COLUMNS)
-        groups.setdefault(row, []).append(f"`{path.relative_to(RESULTS).as_posix()}`")
+        env["machine"] = f"{env['machine']}, {env['cpu_count']} CPUs"
+        env["jax"] = f"{env['jax']} / {env['jaxlib']}"
+        platforms.add(str(env["platform"]))
+        row = tuple(str(env[key]) for key, _ in ENV_COLUMNS)
+        groups.setdefault(row, []).append(f"`{name}`")
     table = _table(
         ["results"] + [label for _, label in ENV_COLUMNS],
         [[", ".join(names), *row] for row, names in groups.items()],
     )
-    return f"{table}\n\nPlatform: {', '.join(sorted(platforms))}."
+    platforms.discard("?")
+    return f"{table}\n\nPlatform: {', '.join(sorted(platforms)) or '?'}."
 
 
 def on_files(files, config, **kwargs):
@@ -335,9 +363,18 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     if page.file.src_uri != PAGE:
         return markdown
     page_dir = "../" * PAGE.count("/")
+    named = [n for n in MARKER.findall(markdown) if n != "environments"]
+    # Results that no marker names (a new benchmark) are shown at the end.
+    others = [n for n in _results_names() if n not in named]
+    if others:
+        markdown += "\n\n## Other results\n"
+        for name in others:
+            markdown += f"\n### `{name}`\n\n" + _section(name, page_dir, False)
 
     def render(match):
         name = match.group(1)
-        return _environments() if name == "environments" else _section(name, page_dir)
+        if name == "environments":
+            return _environments(named + others)
+        return _section(name, page_dir)
 
     return MARKER.sub(render, markdown)
