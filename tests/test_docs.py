@@ -27,6 +27,9 @@ API_PAGES = ROOT / "docs" / "api"
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS_MODULES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
 DIRECTIVE = re.compile(r"^::: lineax_dispatch\.(\w+)\s*$", re.MULTILINE)
+# A directive and its indented options; the `members:` list in them.
+BLOCK = re.compile(r"^::: lineax_dispatch\.([\w.]+)\n((?:    .*\n)*)", re.MULTILINE)
+MEMBER = re.compile(r"^ +- (\w+)\s*$", re.MULTILINE)
 
 
 def _reexports() -> set[str]:
@@ -70,6 +73,22 @@ def test_every_public_name_in_api_pages():
     )
     unknown = sorted(n for n in documented_names() if not hasattr(lxd, n))
     assert not unknown, f"docs/api/*.md documents names lxd does not have: {unknown}"
+
+
+def test_api_members_exist():
+    """mkdocstrings skips a listed member that does not exist, silently."""
+    missing = []
+    for page in API_PAGES.glob("*.md"):
+        for path, options in BLOCK.findall(page.read_text()):
+            obj = lxd
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            missing += [
+                f"{path}.{m} ({page.name})"
+                for m in MEMBER.findall(options)
+                if not hasattr(obj, m)
+            ]
+    assert not missing, f"docs/api lists members that do not exist: {missing}"
 
 
 def _require_docs_tools() -> None:
