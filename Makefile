@@ -45,4 +45,4 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python benchmarks/batch.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

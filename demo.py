@@ -18,7 +18,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import json  # noqa: E402
 import pathlib  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -28,9 +27,12 @@ import lineax as lx  # noqa: E402
 import optimistix as optx  # noqa: E402
 
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent / "docs" / "examples"))
+ROOT = pathlib.Path(__file__).parent
+sys.path.insert(0, str(ROOT / "docs" / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bratu  # noqa: E402
+from _common import environment  # noqa: E402
 
 import lineax_dispatch as lxd  # noqa: E402
 from lineax_dispatch.policies._budget import format_bytes  # noqa: E402
@@ -38,7 +40,7 @@ from lineax_dispatch.policies._budget import format_bytes  # noqa: E402
 
 GRIDS = (16, 64)  # 256 and 4,096 unknowns
 BUDGET_GRID, BUDGET = 128, "1GB"  # a 2.1 GB dense Jacobian
-RESULTS = pathlib.Path(__file__).parent / "benchmarks" / "results"
+RESULTS = ROOT / "benchmarks" / "results"
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
@@ -50,11 +52,15 @@ def variants():
 
 
 def measure(n: int, linear_solver, repeats: int) -> dict:
-    """Compile and run Newton on the `n` x `n` grid; peak memory from XLA."""
-    fn = jax.jit(lambda lam: bratu.solve(n, linear_solver, lam))
-    start = time.perf_counter()
-    compiled = fn.trace(bratu.LAMBDA).lower().compile()
-    compile_s = time.perf_counter() - start
+    """Compile (median of 3, each traced afresh) and run Newton on the `n` x `n`
+    grid; peak memory from XLA's memory analysis."""
+    compiles = []
+    for _ in range(3):
+        fn = jax.jit(lambda lam: bratu.solve(n, linear_solver, lam))
+        start = time.perf_counter()
+        compiled = fn.trace(bratu.LAMBDA).lower().compile()
+        compiles.append(time.perf_counter() - start)
+    compile_s = sorted(compiles)[1]
     sol = jax.block_until_ready(compiled(bratu.LAMBDA))
     runs = []
     for _ in range(repeats):
@@ -197,18 +203,13 @@ def main():
         difference = float(jnp.max(jnp.abs(plain - mine)))
         print(f"max |u_default - u_lxd| = {difference:.1e}")
         assert difference < 1e-6 and all(r["successful"] for r in results[n].values())
-    print("\n== comparison (median run of the compiled Newton solve)")
+    print("\n== comparison (compile: median of 3; run: median of 3 at 16x16, one run at 64x64)")
     print(comparison(results))
     budget = budget_case()
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(results, budget, RESULTS / "demo.png")
     record = dict(
-        environment=dict(
-            jax=jax.__version__,
-            python=platform.python_version(),
-            machine=platform.machine(),
-            cpu_count=os.cpu_count(),
-        ),
+        environment=environment(load_average=True),
         grids={
             n: {k: {m: v for m, v in r.items() if m != "value"} for k, r in by.items()}
             for n, by in results.items()
