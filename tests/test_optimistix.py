@@ -127,6 +127,13 @@ def test_implicit_adjoint(linear_solver):
     # Forward mode goes through the same linear solver.
     _, tangent = jax.jvp(lambda a: solve(a, adjoint), (a,), (jnp.ones(()),))
     np.testing.assert_allclose(tangent, expected, rtol=1e-7)
+    # And a batch of gradients.
+    batch = jnp.array([1.5, 2.5])
+    np.testing.assert_allclose(
+        jax.jit(jax.vmap(jax.grad(lambda a: solve(a, adjoint).sum())))(batch),
+        jax.vmap(jax.grad(lambda a: solve(a, optx.ImplicitAdjoint()).sum()))(batch),
+        rtol=1e-7,
+    )
 
     def fit(y, adjoint):
         solver = optx.GaussNewton(rtol=1e-10, atol=1e-10)
