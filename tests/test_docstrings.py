@@ -48,7 +48,9 @@ USER_METHODS = [
     ("Observation", "matrix_bytes"),
 ]
 
-_EXAMPLE = re.compile(r"!!! Example[^\n]*\n(?:[ \t]*\n)*([ \t]+)```python\n(.*?)\n\1```", re.S)
+_EXAMPLE = re.compile(
+    r"!!! Example[^\n]*\n(?:[ \t]*\n)*([ \t]+)```python\n(.*?)\n\1```", re.S
+)
 
 
 def _own_doc(obj) -> str:

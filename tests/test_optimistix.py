@@ -31,6 +31,7 @@ P0 = jnp.array([1.0, 1.0, 0.0])
 
 ROOT_LINEAR_SOLVERS = {
     "AutoSolver": lambda: lxd.AutoSolver(**TOL),
+    "AutoSolver-iterative": lambda: lxd.AutoSolver(**TOL, memory_budget=1),
     "LU+Auto": lambda: lxd.PolicySolver(lx.LU(), lxd.Auto()),
     "GMRES+Auto": lambda: lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Auto()),
     "GMRES+Outline": lambda: lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Outline()),
@@ -40,6 +41,9 @@ ROOT_LINEAR_SOLVERS = {
 
 LSQ_LINEAR_SOLVERS = {
     "AutoSolver": lambda: lxd.AutoSolver(**TOL, well_posed=False),
+    "AutoSolver-iterative": lambda: lxd.AutoSolver(
+        **TOL, well_posed=False, memory_budget=1
+    ),
     "QR+Auto": lambda: lxd.PolicySolver(lx.QR(), lxd.Auto()),
     "Normal(CG)+Auto": lambda: lxd.PolicySolver(lxd.Normal(lxd.CG(**TOL)), lxd.Auto()),
 }
@@ -110,8 +114,9 @@ def test_least_squares(solver_cls, name):
         lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Auto()),
         lxd.PolicySolver(lxd.GMRES(**TOL), lxd.Outline()),
         lxd.AutoSolver(**TOL),
+        lxd.AutoSolver(**TOL, memory_budget=1),
     ],
-    ids=["GMRES+Auto", "GMRES+Outline", "AutoSolver"],
+    ids=["GMRES+Auto", "GMRES+Outline", "AutoSolver", "AutoSolver-iterative"],
 )
 def test_implicit_adjoint(linear_solver):
     adjoint = optx.ImplicitAdjoint(linear_solver=linear_solver)
@@ -173,9 +178,7 @@ def test_memory_budget_keeps_newton_matrix_free():
         solver = optx.Newton(rtol=1e-9, atol=1e-9, linear_solver=linear_solver)
         return optx.root_find(_bratu, solver, jnp.zeros(n * n), 5.0, tags=_PSD)
 
-    sol = jax.jit(solve, static_argnums=0)(
-        lxd.AutoSolver(**TOL, memory_budget=budget)
-    )
+    sol = jax.jit(solve, static_argnums=0)(lxd.AutoSolver(**TOL, memory_budget=budget))
     reference = jax.jit(solve, static_argnums=0)(lx.AutoLinearSolver(well_posed=None))
     assert sol.result == optx.RESULTS.successful
     np.testing.assert_allclose(sol.value, reference.value, rtol=1e-8, atol=1e-10)
@@ -204,7 +207,69 @@ def test_chord_keeps_a_linearised_operator_in_its_state():
         jax.jit(solve)(a), jax.jit(_root(optx.Chord, None))(a), rtol=1e-7
     )
     with jax.checking_leaks():
-        jax.jit(jax.grad(lambda a: solve(a).sum()))(a)
+        grad = jax.jit(jax.grad(lambda a: solve(a).sum()))(a)
+    expected = jax.grad(lambda a: _root(optx.Chord, None)(a).sum())(a)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6)
+
+
+def test_states_of_different_operators_stay_different():
+    """The arrays-only state keeps each operator's function apart (in its static
+    part): a state made by one jit and solved in another uses its own operator,
+    and a `cond` between two operators' states is refused, not mixed up."""
+    solver = lxd.PolicySolver(lx.GMRES(**TOL), lxd.Lazy())
+    structure = jax.ShapeDtypeStruct((3,), jnp.float64)
+
+    def operator(a, double):
+        fn = (lambda x: a * (x + x)) if double else (lambda x: a * x)
+        return lx.linearise(lx.FunctionLinearOperator(fn, structure))
+
+    init = jax.jit(
+        lambda a, double: solver.init(operator(a, double), {}), static_argnums=1
+    )
+    compute = jax.jit(lambda state, b: solver.compute(state, b, {})[0])
+    b = jnp.ones(3)
+    np.testing.assert_allclose(compute(init(2.0, False), b), b / 2)
+    np.testing.assert_allclose(compute(init(2.0, True), b), b / 4)
+
+    def both(a, pick_first):
+        return jax.lax.cond(
+            pick_first,
+            lambda: solver.init(operator(a, False), {}),
+            lambda: solver.init(operator(a, True), {}),
+        )
+
+    with pytest.raises(TypeError, match="pytree"):
+        jax.jit(both)(2.0, False)
+
+
+def test_auto_solver_choices_follow_what_the_direct_solver_needs():
+    n = 40
+    a = jnp.eye(n) + 0.01 * jnp.arange(n * n, dtype=jnp.float64).reshape(n, n) / n**2
+
+    def fn(x):
+        return a @ x
+
+    structure = jax.ShapeDtypeStruct((n,), jnp.float64)
+    # The operator's own budget counts too: no direct choice that `as_matrix`
+    # would then refuse.
+    small = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Auto("10KB"))
+    solver = lxd.AutoSolver(**TOL, memory_budget="1GB")
+    assert isinstance(solver.select(small), lxd.GMRES)
+    x = lx.linear_solve(small, jnp.ones(n), solver).value
+    np.testing.assert_allclose(a @ x, jnp.ones(n), rtol=1e-8)
+    # Not well posed: SVD when direct, LSMR when iterative, whatever the shape.
+    big = lxd.FunctionLinearOperator(fn, structure)
+    chosen, reasons = lxd.AutoSolver(well_posed=False).choose(big)
+    assert isinstance(chosen, lx.AutoLinearSolver) and reasons[0].startswith("SVD")
+    tiny = lxd.AutoSolver(well_posed=False, memory_budget=1000)
+    assert isinstance(tiny.select(big), lxd.LSMR)
+    # A diagonal needs only its diagonal, and a matrix's mvs are not free.
+    diagonal = lxd.DiagonalLinearOperator(jnp.arange(1.0, 2001.0))
+    assert isinstance(
+        lxd.AutoSolver(memory_budget="1MB").select(diagonal), lx.AutoLinearSolver
+    )
+    _, reasons = lxd.AutoSolver().choose(lxd.MatrixLinearOperator(a))
+    assert "from the operator's entries" in reasons[0]
 
 
 def test_explain_reports_auto_solver_choices():

@@ -32,7 +32,10 @@ def residual(u: jax.Array, lam: jax.Array) -> jax.Array:
     h2 = 1.0 / (n + 1) ** 2
     grid = jnp.pad(u.reshape(n, n), 1)
     laplacian = (
-        grid[:-2, 1:-1] + grid[2:, 1:-1] + grid[1:-1, :-2] + grid[1:-1, 2:]
+        grid[:-2, 1:-1]
+        + grid[2:, 1:-1]
+        + grid[1:-1, :-2]
+        + grid[1:-1, 2:]
         - 4 * grid[1:-1, 1:-1]
     ) / h2
     return (-laplacian - lam * jnp.exp(grid[1:-1, 1:-1])).reshape(-1)
@@ -77,7 +80,9 @@ def main():
         solve(n, linear_solver, LAMBDA + step).value.max()
         - solve(n, linear_solver, LAMBDA - step).value.max()
     ) / (2 * step)
-    print(f"d max(u) / d lambda = {float(grad):.5f} (finite difference {float(finite):.5f})")
+    print(
+        f"d max(u) / d lambda = {float(grad):.5f} (finite difference {float(finite):.5f})"
+    )
     assert abs(grad - finite) < 1e-3 * abs(finite)
 
 

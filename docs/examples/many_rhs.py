@@ -3,10 +3,12 @@
 An implicit heat-equation step `(I - dt Δ) x = b` on a 1-D grid of 256 points,
 written matrix-free, solved for 512 right-hand sides (say, 512 initial
 conditions). `batch_solve` runs the solver's `init` once and solves every
-right-hand side: with `Auto`, seeing at least as many right-hand sides as
-unknowns, the operator is materialised once and factorised once; with an
-iterative solver the right-hand sides go through its loop in lockstep, or in
-chunks of `batch_size` to bound memory. Run: `python docs/examples/many_rhs.py`.
+right-hand side: a direct solver (here Cholesky) materialises and factorises the
+operator once; an iterative solver takes the right-hand sides through its loop in
+lockstep, or in chunks of `batch_size` to bound memory, and `Auto` decides how its
+`mv` is applied to the whole batch (with at least as many right-hand sides as
+unknowns and the matrix within the budget, it materialises once).
+Run: `python docs/examples/many_rhs.py`.
 """
 
 import time
@@ -35,8 +37,8 @@ def main():
     tags = frozenset({lx.symmetric_tag, lx.positive_semidefinite_tag})
     operator = lxd.FunctionLinearOperator(heat_step, structure, tags)
     bs = jax.random.normal(jax.random.key(0), (BATCH, N))
-    report = lxd.explain(operator, batch=BATCH)
-    print(report)
+    decision = operator.policy.decision(operator, batch=BATCH)
+    print(f"Auto for a batch of {BATCH}: {decision.strategy}: {decision.reasons[-1]}")
 
     def time_it(fn):
         fn = jax.jit(fn)
@@ -45,7 +47,9 @@ def main():
         out = jax.block_until_ready(fn(bs))
         return out, time.perf_counter() - start
 
-    direct, t_direct = time_it(lambda bs: lxd.batch_solve(operator, bs, lx.Cholesky()).value)
+    direct, t_direct = time_it(
+        lambda bs: lxd.batch_solve(operator, bs, lx.Cholesky()).value
+    )
     cg = lxd.CG(rtol=1e-10, atol=1e-10)
     iterative, t_cg = time_it(lambda bs: lxd.batch_solve(operator, bs, cg).value)
     chunked, t_chunked = time_it(

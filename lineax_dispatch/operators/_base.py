@@ -86,7 +86,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
 
         A 2-D array of shape `(out_size, in_size)`.
         """
-        if not isinstance(self, EXPLICIT_OPERATORS):
+        if not _holds_entries(self):
             check_dense_budget(self, self.policy)
         return super().as_matrix()  # pyright: ignore[reportAbstractUsage]
 
@@ -137,6 +137,13 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
         from ._composite import NegLinearOperator
 
         return NegLinearOperator(self, policy=self.policy)
+
+
+def _holds_entries(operator: lx.AbstractLinearOperator) -> bool:
+    """Whether `as_matrix` returns entries the operator already holds."""
+    if isinstance(operator, lx.TaggedLinearOperator):
+        return _holds_entries(operator.operator)
+    return isinstance(operator, EXPLICIT_OPERATORS)
 
 
 def _joint_policy(

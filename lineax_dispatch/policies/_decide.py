@@ -145,9 +145,7 @@ def batched_compile(o: Observation, model: CostModel) -> float:
 
 def mv_run(o: Observation, model: CostModel) -> float:
     """Seconds to run one `mv`: bound by flops or by memory traffic."""
-    return max(
-        o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second
-    )
+    return max(o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second)
 
 
 def estimates(

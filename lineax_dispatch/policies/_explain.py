@@ -99,10 +99,7 @@ class ExplainReport(eqx.Module):
                 )
                 lines.append(f"{row.operator} traced at: {where}")
         if not self.rows:
-            lines.append(
-                "(no operator with an Auto policy had its mv applied"
-                + (": the linear solves below materialise theirs)" if self.solves else ")")
-            )
+            lines.append("(no operator with an Auto policy had its mv applied)")
         if self.solves:
             lines.append("linear solves (lxd.AutoSolver):")
         for operator, size, solver, reasons in self.solves:
@@ -175,6 +172,12 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
         ```
     """
     if isinstance(fun_or_operator, lx.AbstractLinearOperator):
+        if args or kwargs:
+            raise TypeError(
+                "`lxd.explain(operator)` takes no further arguments; got "
+                f"{len(args)} positional and {sorted(kwargs)} keyword. For a batch, "
+                "use `operator.policy.decision(operator, batch=...)`."
+            )
         operator = fun_or_operator
         policy: Any = getattr(operator, "policy", None)
         if not isinstance(policy, Auto):
@@ -214,4 +217,4 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
             )
         )
     observed.matrices.clear()
-    return ExplainReport(tuple(rows), tuple(dict.fromkeys(observed.solver_choices)))
+    return ExplainReport(tuple(rows), tuple(observed.solver_choices))

@@ -10,7 +10,7 @@ import lineax as lx
 from jaxtyping import Array, PyTree
 
 from ..operators import AbstractDispatchOperator, with_policy
-from ..policies import Auto, CostModel, observe, parse_memory_budget
+from ..policies import Auto, CostModel, Materialise, observe, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 from ..policies._decide import batched_compile, mv_compile, mv_run
 from ..policies._registry import record_solver_choice
@@ -27,27 +27,42 @@ def _itemsize(operator: lx.AbstractLinearOperator) -> int:
     return jnp.result_type(*[x.dtype for x in leaves]).itemsize
 
 
-def _factor_flops(operator: lx.AbstractLinearOperator) -> tuple[str, float]:
+def _direct_cost(
+    operator: lx.AbstractLinearOperator, well_posed: bool | None, itemsize: int
+) -> tuple[str, float, int]:
+    """The direct solver lineax's `AutoLinearSolver` would use for `operator`: its
+    name, its flops, and the bytes it needs (the dense matrix and its factors, or
+    just the bands)."""
     m, n = operator.out_size(), operator.in_size()
-    if m != n:
-        return "QR", 2.0 * max(m, n) * min(m, n) ** 2
-    if lx.is_diagonal(operator) or lx.is_tridiagonal(operator):
-        return "a banded solve", 10.0 * n
-    if lx.is_lower_triangular(operator) or lx.is_upper_triangular(operator):
-        return "a triangular solve", float(n) ** 2
-    if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(operator):
-        return "Cholesky", float(n) ** 3 / 3
-    return "LU", 2.0 * float(n) ** 3 / 3
+    lo, hi = min(m, n), max(m, n)
+    dense = m * n * itemsize
+    solver = lx.AutoLinearSolver(well_posed=well_posed).select_solver(operator)
+    name = type(solver).__name__
+    if isinstance(solver, lx.Diagonal):
+        return name, float(n), (m + n) * itemsize
+    if isinstance(solver, lx.Tridiagonal):
+        return name, 10.0 * n, 4 * n * itemsize
+    if isinstance(solver, lx.Triangular):
+        return name, float(n) ** 2, dense
+    if isinstance(solver, lx.Cholesky):
+        return name, float(n) ** 3 / 3, 2 * dense
+    if isinstance(solver, lx.QR):
+        return name, 2.0 * hi * lo**2, 2 * dense
+    if isinstance(solver, lx.SVD):
+        return name, 4.0 * hi * lo**2 + 22.0 * lo**3, 3 * dense
+    return name, 2.0 * float(n) ** 3 / 3, 2 * dense
 
 
 class AutoSolver(lx.AbstractLinearSolver):
     """Chooses a solver for each operator: a direct one (lineax's
-    `AutoLinearSolver`, which picks by tags: diagonal, triangular, Cholesky, LU, QR)
-    or a one-`mv`-site iterative one of this package (`CG` for a positive or
-    negative semidefinite operator, `MINRES` for a symmetric one, `GMRES` for a
-    square one, `LSMR` for a non-square one).
+    `AutoLinearSolver`, which picks by tags and shape: diagonal, tridiagonal,
+    triangular, Cholesky, LU, QR, or SVD when not well posed) or a one-`mv`-site
+    iterative one of this package (`CG` for a positive or negative semidefinite
+    operator, `MINRES` for a symmetric one, `GMRES` for a square one, `LSMR` for a
+    non-square one or when not well posed).
 
-    Direct is chosen when the dense matrix and its factors fit the memory budget
+    Direct is chosen when what it needs (for most solvers the dense matrix and its
+    factors) fits the memory budget
     and building and factorising it is estimated to cost less than the iterative
     solve: compile time plus one run, from the operator's size, the cost of one
     `mv` (as `Auto` measures it) and the expected number of iterations
@@ -77,7 +92,7 @@ class AutoSolver(lx.AbstractLinearSolver):
     rtol: float = 1e-6
     atol: float = 1e-6
     max_steps: int | None = None
-    well_posed: bool = True
+    well_posed: bool | None = True
     memory_budget: int | str | None = None
     cost_model: CostModel = CostModel()
 
@@ -99,21 +114,31 @@ class AutoSolver(lx.AbstractLinearSolver):
 
         **Returns:**
 
-        `memory_budget` if set, else the budget of the operator's `Auto` policy,
-        else half of the free memory.
+        The smallest of `memory_budget` (if set) and the budget of the operator's
+        own `Auto` or `Materialise` policy (which `as_matrix` checks); half of the
+        free memory if neither has one.
         """
+        budgets = []
         if self.memory_budget is not None:
-            return parse_memory_budget(self.memory_budget)
-        if isinstance(operator, AbstractDispatchOperator) and isinstance(
-            operator.policy, Auto
-        ):
-            return operator.policy.budget()
-        return default_memory_budget()
+            budgets.append(parse_memory_budget(self.memory_budget))
+        policy = getattr(operator, "policy", None)
+        if isinstance(operator, AbstractDispatchOperator):
+            if isinstance(policy, Auto):
+                budgets.append(policy.budget())
+            elif isinstance(policy, Materialise):
+                budgets.append(
+                    default_memory_budget()
+                    if policy.memory_budget is None
+                    else parse_memory_budget(policy.memory_budget)
+                )
+        return min(budgets) if budgets else default_memory_budget()
 
-    def _iterative(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearSolver:
+    def _iterative(
+        self, operator: lx.AbstractLinearOperator
+    ) -> lx.AbstractLinearSolver:
         kwargs = dict(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
-        if operator.in_size() != operator.out_size():
-            return LSMR(**kwargs)
+        if self.well_posed is False or operator.in_size() != operator.out_size():
+            return LSMR(**kwargs)  # least squares / minimum norm
         if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(
             operator
         ):
@@ -144,40 +169,48 @@ class AutoSolver(lx.AbstractLinearSolver):
         iterative = self._iterative(operator)
         direct = lx.AutoLinearSolver(well_posed=self.well_posed)
         budget = self.budget(operator)
-        needed = 2 * m * n * _itemsize(operator)  # the matrix and its factors
+        itemsize = _itemsize(operator)
+        name, flops, needed = _direct_cost(operator, self.well_posed, itemsize)
         if needed > budget:
             return iterative, (
-                f"the dense matrix and its factors need {format_bytes(needed)}, over "
-                f"the budget of {format_bytes(budget)}: {type(iterative).__name__}, "
-                "matrix-free.",
+                f"{name} needs {format_bytes(needed)} (the dense matrix and its "
+                f"factors), over the budget of {format_bytes(budget)}: "
+                f"{type(iterative).__name__}, matrix-free.",
             )
         o = observe(operator, memory_budget=budget)
         model = self.cost_model
-        name, flops = _factor_flops(operator)
-        build_compile = 0.0 if o.explicit else model.materialise_fixed
-        build_run = 0.0 if o.explicit else n * o.mv_flops / model.flops_per_second
-        direct_time = (
-            build_compile
-            + batched_compile(o, model)
-            + build_run
-            + flops / model.factor_flops_per_second
-        )
+        if o.explicit:  # the entries are there: no build; an mv is a matmul
+            source = "the operator's entries"
+            direct_time = 0.0
+            run = max(
+                2 * m * n / model.flops_per_second,
+                o.matrix_bytes / model.bytes_per_second,
+            )
+            copy = model.matmul_site
+        else:
+            source = f"{n} mvs of {o.mv_flops:.3g} flops"
+            direct_time = (
+                model.materialise_fixed
+                + batched_compile(o, model)
+                + n * o.mv_flops / model.flops_per_second
+            )
+            run, copy = mv_run(o, model), mv_compile(o, model)
+        direct_time += flops / model.factor_flops_per_second
         steps = expected_iterations(self.max_steps, n)
         mvs = 2 if isinstance(iterative, LSMR) else 1
-        step = mvs * mv_run(o, model) + model.krylov_step
-        step += 10 * (m + n) * o.itemsize / model.bytes_per_second
-        iterative_time = model.krylov_compile + mvs * mv_compile(o, model) + steps * step
+        step = mvs * run + model.krylov_step
+        step += 10 * (m + n) * itemsize / model.bytes_per_second
+        iterative_time = model.krylov_compile + mvs * copy + steps * step
         estimates = (
-            f"{name} of the {m} x {n} matrix (built from {n} mvs of "
-            f"{o.mv_flops:.3g} flops) ~{direct_time:.3g} s; "
+            f"{name} of the {m} x {n} matrix (from {source}) ~{direct_time:.3g} s; "
             f"{type(iterative).__name__} ~{steps} iterations ~{iterative_time:.3g} s "
             "(compile and one run)."
         )
         if direct_time <= iterative_time or not math.isfinite(iterative_time):
             return direct, (
                 estimates,
-                f"direct is cheaper, and the matrix with its factors "
-                f"({format_bytes(needed)}) fits the budget of {format_bytes(budget)}.",
+                f"direct is cheaper, and {name} ({format_bytes(needed)}) fits the "
+                f"budget of {format_bytes(budget)}.",
             )
         return iterative, (
             estimates,
@@ -199,7 +232,10 @@ class AutoSolver(lx.AbstractLinearSolver):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         if not isinstance(operator, AbstractDispatchOperator):
-            operator = with_policy(operator, Auto(memory_budget=self.memory_budget))
+            try:
+                operator = with_policy(operator, Auto(memory_budget=self.memory_budget))
+            except TypeError:  # an operator class lineax-dispatch does not know
+                pass
         solver, reasons = self.choose(operator)
         record_solver_choice(
             type(operator).__name__,
@@ -226,14 +262,16 @@ class AutoSolver(lx.AbstractLinearSolver):
         return hide_static((solver, inner)), options
 
     def assume_full_rank(self):
-        return self.well_posed
+        return self.well_posed is not False
 
 
 AutoSolver.__init__.__doc__ = """**Arguments:**
 
 - `rtol`, `atol`, `max_steps`: for the iterative solver, if one is chosen.
-- `well_posed`: `True` (the default) for square nonsingular systems, as lineax's
-    `AutoLinearSolver`; `False` allows least-squares and minimum-norm solutions.
+- `well_posed`: as lineax's `AutoLinearSolver`: `True` (the default) for square
+    nonsingular systems; `None` for square systems assumed nonsingular; `False`
+    for least-squares and minimum-norm solutions (lineax's SVD when direct,
+    `LSMR` when iterative).
 - `memory_budget`: bytes or a string like `"2GB"` the dense matrix and its factors
     may take; `None` uses the operator's `Auto` budget, else half of the free
     memory.

@@ -17,26 +17,36 @@ from ._prepare import expected_iterations, resolve_for_solve
 _ITERATIVE = (lx.CG, lx.GMRES, lx.BiCGStab, lx.LSMR, lx.Normal)
 
 
-class _AnyJaxpr:
-    """Holds a jaxpr as static metadata that compares equal to any other: the same
-    function traced twice (a primal and its JVP) gives two distinct jaxprs."""
+class _SameJaxpr:
+    """Holds a jaxpr as static metadata that compares by its text: the same
+    function traced twice (a primal and its JVP) gives two distinct but equal
+    jaxprs, while different functions of the same shapes stay different."""
 
     def __init__(self, jaxpr: jex.core.Jaxpr):
         self.jaxpr = jaxpr
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = str(self.jaxpr)
+        return self._text
 
     def __hash__(self):
-        return 0
+        return hash(self.text)
 
     def __eq__(self, other):
-        return type(self) is type(other)
+        return type(self) is type(other) and (
+            self.jaxpr is other.jaxpr or self.text == other.text
+        )
 
 
 def _wrap(leaf: Any) -> Any:
-    return _AnyJaxpr(leaf) if isinstance(leaf, jex.core.Jaxpr) else leaf
+    return _SameJaxpr(leaf) if isinstance(leaf, jex.core.Jaxpr) else leaf
 
 
 def _unwrap(leaf: Any) -> Any:
-    return leaf.jaxpr if isinstance(leaf, _AnyJaxpr) else leaf
+    return leaf.jaxpr if isinstance(leaf, _SameJaxpr) else leaf
 
 
 def hide_static(state: Any) -> tuple[Any, eqxi.Static]:
@@ -46,8 +56,8 @@ def hide_static(state: Any) -> tuple[Any, eqxi.Static]:
     holds a closure-converted function whose jaxpr is a pytree leaf. optimistix's
     `Chord` keeps the state in its own state: through `lax.stop_gradient`, its loop
     and its implicit JVP, which accept arrays only (lineax's own iterative solvers
-    fail there). With the state split, they see arrays only; jaxprs compare equal
-    as optimistix's own state does.
+    fail there). With the state split, they see arrays only; jaxprs compare by
+    their text, so a primal and its JVP trace of the same function agree.
 
     **Arguments:**
 
