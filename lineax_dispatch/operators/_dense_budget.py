@@ -12,6 +12,21 @@ from ..policies import Auto, Materialise, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 
 
+def itemsize(operator: lx.AbstractLinearOperator) -> int:
+    """Bytes per entry of the dense matrix of `operator`.
+
+    **Arguments:**
+
+    - `operator`: the operator.
+
+    **Returns:**
+
+    The itemsize of the result dtype of its input and output structures.
+    """
+    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
+    return jnp.result_type(*[x.dtype for x in leaves]).itemsize
+
+
 def dense_bytes(operator: lx.AbstractLinearOperator) -> int:
     """Bytes of the dense matrix of `operator`.
 
@@ -23,9 +38,28 @@ def dense_bytes(operator: lx.AbstractLinearOperator) -> int:
 
     `out_size * in_size * itemsize`, an int.
     """
-    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
-    itemsize = jnp.result_type(*[x.dtype for x in leaves]).itemsize
-    return math.prod((operator.out_size(), operator.in_size(), itemsize))
+    return math.prod((operator.out_size(), operator.in_size(), itemsize(operator)))
+
+
+def policy_budget(policy) -> int | None:
+    """The memory budget a policy sets for a dense matrix.
+
+    **Arguments:**
+
+    - `policy`: a policy.
+
+    **Returns:**
+
+    Bytes for `Auto` and `Materialise` (their `memory_budget`, else half of the
+    free memory), `None` for policies without a budget.
+    """
+    if isinstance(policy, Auto):
+        return policy.budget()
+    if isinstance(policy, Materialise):
+        if policy.memory_budget is None:
+            return default_memory_budget()
+        return parse_memory_budget(policy.memory_budget)
+    return None
 
 
 def check_dense_budget(operator: lx.AbstractLinearOperator, policy) -> None:
@@ -42,15 +76,8 @@ def check_dense_budget(operator: lx.AbstractLinearOperator, policy) -> None:
 
     Nothing.
     """
-    if isinstance(policy, Auto):
-        budget = policy.budget()
-    elif isinstance(policy, Materialise):
-        budget = (
-            default_memory_budget()
-            if policy.memory_budget is None
-            else parse_memory_budget(policy.memory_budget)
-        )
-    else:
+    budget = policy_budget(policy)
+    if budget is None:
         return
     needed = dense_bytes(operator)
     if needed > budget:

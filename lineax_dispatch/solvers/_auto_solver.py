@@ -4,13 +4,12 @@ fits the memory budget and is estimated to be cheaper."""
 import math
 from typing import Any
 
-import jax.numpy as jnp
-import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, PyTree
 
 from ..operators import AbstractDispatchOperator, with_policy
-from ..policies import Auto, CostModel, Materialise, observe, parse_memory_budget
+from ..operators._dense_budget import itemsize as operator_itemsize, policy_budget
+from ..policies import Auto, CostModel, observe, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 from ..policies._decide import batched_compile, mv_compile, mv_run
 from ..policies._registry import record_solver_choice
@@ -20,11 +19,6 @@ from ._lsmr import LSMR
 from ._minres import MINRES
 from ._policy_solver import hide_static, reveal_static
 from ._prepare import expected_iterations
-
-
-def _itemsize(operator: lx.AbstractLinearOperator) -> int:
-    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
-    return jnp.result_type(*[x.dtype for x in leaves]).itemsize
 
 
 def _direct_cost(
@@ -121,16 +115,10 @@ class AutoSolver(lx.AbstractLinearSolver):
         budgets = []
         if self.memory_budget is not None:
             budgets.append(parse_memory_budget(self.memory_budget))
-        policy = getattr(operator, "policy", None)
         if isinstance(operator, AbstractDispatchOperator):
-            if isinstance(policy, Auto):
-                budgets.append(policy.budget())
-            elif isinstance(policy, Materialise):
-                budgets.append(
-                    default_memory_budget()
-                    if policy.memory_budget is None
-                    else parse_memory_budget(policy.memory_budget)
-                )
+            own = policy_budget(operator.policy)
+            if own is not None:
+                budgets.append(own)
         return min(budgets) if budgets else default_memory_budget()
 
     def _iterative(
@@ -169,7 +157,7 @@ class AutoSolver(lx.AbstractLinearSolver):
         iterative = self._iterative(operator)
         direct = lx.AutoLinearSolver(well_posed=self.well_posed)
         budget = self.budget(operator)
-        itemsize = _itemsize(operator)
+        itemsize = operator_itemsize(operator)
         name, flops, needed = _direct_cost(operator, self.well_posed, itemsize)
         if needed > budget:
             return iterative, (
