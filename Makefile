@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-benchmarks
 		--repeats 1 $(BENCH_FLAGS) --out $(BENCH_OUT)/solvers-others
 	$(BIN)/python benchmarks/auto.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python benchmarks/batch.py $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python benchmarks/autosolver.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache site
