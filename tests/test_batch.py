@@ -20,7 +20,8 @@ def _spd():
 
 
 def _function_operator(a, policy=None):
-    kwargs = {} if policy is None else {"policy": policy}
+    # These tests exercise Auto's batch decisions: ask for it (not the default).
+    kwargs = {"policy": lxd.Auto() if policy is None else policy}
     return lxd.FunctionLinearOperator(
         eqx.Partial(lambda a, x: a @ x, a),
         jax.ShapeDtypeStruct((N,), jnp.float64),

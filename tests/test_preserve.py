@@ -69,7 +69,7 @@ def test_mixed_policies_combine_to_default_and_keep_their_own():
     a = build("matrix", dispatch=True, policy=lxd.Outline())
     f = build("function", dispatch=True, policy=lxd.Materialise())
     total = a + f
-    assert total.policy == lxd.Auto()
+    assert total.policy == lxd.Lazy()  # the default policy
     assert total.operator1.policy == lxd.Outline()
     assert total.operator2.policy == lxd.Materialise()
     # Transposing keeps each node's own policy.
@@ -127,4 +127,4 @@ def test_lineax_functions_on_plain_operators_give_default_policy():
     plain = build("function", dispatch=False)
     result = lxd.materialise(plain)
     assert isinstance(result, lxd.PyTreeLinearOperator)
-    assert result.policy == lxd.Auto()
+    assert result.policy == lxd.Lazy()  # the default policy

@@ -8,8 +8,8 @@ from jaxtyping import PyTree
 
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
 from ..policies._dense import EXPLICIT_OPERATORS
-from ._dense_budget import check_dense_budget
-from ._structure import check_vector
+from ..policies._guard import check_dense_budget
+from ._structure import cast_vector, check_vector
 
 
 class AbstractDispatchOperator(lx.AbstractLinearOperator):
@@ -22,7 +22,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
     policy through transposition and operator arithmetic.
 
     Every concrete subclass takes lineax's constructor arguments plus a keyword
-    `policy=` (the default policy, [`lineax_dispatch.Auto`][], if not given), and
+    `policy=` (the default policy, [`lineax_dispatch.Lazy`][], if not given), and
     exposes it as the attribute `policy`. Use this class for `isinstance` checks;
     [`lineax_dispatch.with_policy`][] converts a plain lineax operator.
 
@@ -48,8 +48,10 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
 
         **Arguments:**
 
-        - `vector`: a PyTree of arrays matching `self.in_structure()` (shapes and
-            dtypes; a sharding annotation alone is not a mismatch).
+        - `vector`: a PyTree of arrays matching `self.in_structure()` in shapes,
+            with dtypes that promote safely to its dtypes (an integer vector for a
+            floating operator is cast, as lineax's matrix product would promote
+            it; a sharding annotation alone is not a mismatch).
 
         **Returns:**
 
@@ -60,6 +62,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
         `ValueError` at trace time if `vector` does not match the input structure.
         """
         check_vector(self, vector)
+        vector = cast_vector(self, vector)
         if in_raw_mv_context():
             return self.raw_mv(vector)
         return self.policy.mv(self, vector)
@@ -86,7 +89,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
 
         A 2-D array of shape `(out_size, in_size)`.
         """
-        if not _holds_entries(self):
+        if not holds_entries(self):
             check_dense_budget(self, self.policy)
         return super().as_matrix()  # pyright: ignore[reportAbstractUsage]
 
@@ -112,6 +115,29 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
         if not isinstance(other, lx.AbstractLinearOperator):
             raise ValueError("Can only add AbstractLinearOperators together.")
         return self + (-other)
+
+    def __radd__(self, other) -> lx.AbstractLinearOperator:
+        # Python calls this before lineax's `__add__` only when `other` is of a
+        # lineax class that this operator's class subclasses (`lx.MatrixLinearOperator
+        # + lxd.MatrixLinearOperator`); otherwise lineax's `__add__` runs and makes a
+        # plain lineax sum, in which this operator still applies its own policy.
+        from ._composite import AddLinearOperator
+
+        if not isinstance(other, lx.AbstractLinearOperator):
+            return NotImplemented
+        return AddLinearOperator(other, self, policy=_joint_policy(other, self))
+
+    def __rsub__(self, other) -> lx.AbstractLinearOperator:
+        if not isinstance(other, lx.AbstractLinearOperator):
+            return NotImplemented
+        return (-self).__radd__(other)
+
+    def __rmatmul__(self, other) -> lx.AbstractLinearOperator:
+        from ._composite import ComposedLinearOperator
+
+        if not isinstance(other, lx.AbstractLinearOperator):
+            return NotImplemented
+        return ComposedLinearOperator(other, self, policy=_joint_policy(other, self))
 
     def __mul__(self, other) -> lx.AbstractLinearOperator:
         from ._composite import MulLinearOperator
@@ -139,10 +165,10 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
         return NegLinearOperator(self, policy=self.policy)
 
 
-def _holds_entries(operator: lx.AbstractLinearOperator) -> bool:
+def holds_entries(operator: lx.AbstractLinearOperator) -> bool:
     """Whether `as_matrix` returns entries the operator already holds."""
     if isinstance(operator, lx.TaggedLinearOperator):
-        return _holds_entries(operator.operator)
+        return holds_entries(operator.operator)
     return isinstance(operator, EXPLICIT_OPERATORS)
 
 

@@ -4,7 +4,8 @@ import lineax as lx
 from jaxtyping import Array, Shaped
 
 from ..policies import AbstractPolicy, default_policy
-from ._base import AbstractDispatchOperator
+from ..policies._guard import check_dense_budget
+from ._base import AbstractDispatchOperator, holds_entries
 from ._convert import adopt
 
 
@@ -28,6 +29,11 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
     The materialised operator (a matrix or PyTree operator, or a diagonal or
     tridiagonal one where tags say so).
 
+    **Raises:**
+
+    `ValueError` at trace time when the operator's `Materialise` or `Auto`
+    policy has a memory budget the dense matrix exceeds (as `mv` and `as_matrix`).
+
     !!! Example
 
         ```python
@@ -37,7 +43,11 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
         assert dense.policy == lxd.Outline()
         ```
     """
-    return adopt(lx.materialise(operator), _policy_of(operator))
+    policy = _policy_of(operator)
+    banded = lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
+    if not (holds_entries(operator) or banded):
+        check_dense_budget(operator, policy, what="`lxd.materialise`")
+    return adopt(lx.materialise(operator), policy)
 
 
 def linearise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator:

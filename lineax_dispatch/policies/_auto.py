@@ -39,7 +39,8 @@ class Auto(AbstractPolicy):
     - The solvers of this package (and [`lineax_dispatch.PolicySolver`][]) decide
         once per solve, counting the solver's expected iterations as executions.
 
-    It is the default policy of every operator. See [`lineax_dispatch.explain`][]
+    Ask for it with `policy=lxd.Auto()` (the default policy is `Lazy()` until
+    program-level dispatch makes Auto cheap enough to be the default). See [`lineax_dispatch.explain`][]
     for the decisions and their reasons.
 
     !!! Example

@@ -3,6 +3,7 @@ once. A single `mv` is inlined, as `Lazy`; `batch_mv` applies a stack."""
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.lax as lax
 import lineax as lx
@@ -29,10 +30,7 @@ class VmapBatch(AbstractPolicy):
         ```
     """
 
-    batch_size: int | None = None
-
-    def __check_init__(self):
-        check_batch_size(self.batch_size)
+    batch_size: int | None = eqx.field(default=None, converter=check_batch_size)
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]

@@ -5,6 +5,8 @@ import re
 
 import jax
 
+from .._validate import as_real
+
 
 _UNITS = {
     "": 1,
@@ -49,14 +51,8 @@ def parse_memory_budget(value: int | float | str) -> int:
         policy = lxd.Auto(memory_budget="512 MiB")  # read the same way
         ```
     """
-    if isinstance(value, bool):
-        raise ValueError(
-            f"`memory_budget` must be a number of bytes or a string like '2GB'; got "
-            f"{value!r}."
-        )
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
+    number: float | None
+    if isinstance(value, str):
         match = re.fullmatch(
             r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", value
         )
@@ -68,12 +64,17 @@ def parse_memory_budget(value: int | float | str) -> int:
             )
         number = float(match.group(1)) * _UNITS[unit]
     else:
+        number = as_real(value)
+        if number is None:
+            raise ValueError(
+                "`memory_budget` must be a number of bytes or a string like '2GB'; "
+                f"got {value!r} of type {type(value).__name__}."
+            )
+    if not number >= 1 or number == float("inf"):
         raise ValueError(
-            "`memory_budget` must be a number of bytes or a string like '2GB'; got "
-            f"{value!r} of type {type(value).__name__}."
+            "`memory_budget` must be finite and at least one byte; got "
+            f"{value!r} ({number:g} bytes)."
         )
-    if not number > 0 or number != number or number == float("inf"):
-        raise ValueError(f"`memory_budget` must be positive and finite; got {value!r}.")
     return int(number)
 
 

@@ -7,10 +7,12 @@ XLA:CPU machine with `benchmarks/callsites.py`; set your own with
 `Auto(cost_model=...)`). No JAX tracing happens here.
 """
 
+import dataclasses
 import math
 
 import equinox as eqx
 
+from .._validate import check_positive_int, check_positive_real, check_tolerance
 from ._base import AbstractPolicy
 from ._batching import Scan, VmapBatch
 from ._budget import format_bytes
@@ -73,6 +75,17 @@ class CostModel(eqx.Module):
     krylov_compile: float = 0.25
     krylov_step: float = 5e-6
 
+    def __check_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "build_chunk":
+                check_positive_int(value, f"CostModel({field.name}=...)")
+            elif "per_second" in field.name:
+                # A rate divides: zero would make every decision divide by zero.
+                check_positive_real(value, f"CostModel({field.name}=...)")
+            else:
+                check_tolerance(value, f"CostModel({field.name}=...)")
+
 
 class Decision(eqx.Module):
     """What Auto chose for one operator, and why: the result of
@@ -83,7 +96,7 @@ class Decision(eqx.Module):
 
         ```python
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
-        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)  # policy=lxd.Auto()
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         decision = op.policy.decision(op, call_sites=8)
         print(decision.strategy, decision.reasons[-1])
         ```

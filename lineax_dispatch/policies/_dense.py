@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Inexact, PyTree
 
+from .._validate import check_positive_int
 from ._base import RawMv
+from ._guard import check_dense_budget
 
 
 # Operators that already hold their entries: their own `mv` is the materialised one.
@@ -24,30 +26,9 @@ EXPLICIT_OPERATORS = (
 
 
 def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int | None:
-    """Validates a chunk size: `None` or a positive integer; otherwise ValueError."""
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise ValueError(
-            f"`{name}` must be None or a positive int; got {batch_size!r} of type "
-            f"{type(batch_size).__name__}"
-        )
-    if batch_size <= 0:
-        raise ValueError(f"`{name}` must be None or a positive int; got {batch_size}")
-    return batch_size
-
-
-def build_bytes(operator: lx.AbstractLinearOperator, batch_size: int | None) -> int:
-    """Bytes of a materialised matrix plus the peak of building it: the identity
-    columns and output columns of one chunk (all columns when `batch_size` is
-    `None`)."""
-    leaves = jax.tree_util.tree_leaves(
-        (operator.in_structure(), operator.out_structure())
-    )
-    itemsize = jnp.result_type(*[x.dtype for x in leaves]).itemsize if leaves else 4
-    n_in, n_out = operator.in_size(), operator.out_size()
-    chunk = n_in if batch_size is None else min(batch_size, n_in)
-    return itemsize * (n_in * n_out + chunk * (n_in + n_out))
+    """Validates a chunk size: `None` or a positive integer (NumPy integers
+    accepted, returned as `int`); otherwise a `ValueError` naming `name`."""
+    return check_positive_int(batch_size, name, allow_none=True)
 
 
 def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
@@ -89,6 +70,13 @@ def dense_matrix(
     """
     if isinstance(operator, lx.MatrixLinearOperator):
         return operator.matrix
+    check_dense_budget(
+        operator,
+        getattr(operator, "policy", None),
+        what="`dense_matrix`",
+        batch_size=batch_size,
+        with_build=True,
+    )
     flat_in, unravel_in = _flat_spec(operator.in_structure())
     raw = RawMv(operator)
 

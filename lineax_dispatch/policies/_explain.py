@@ -46,7 +46,7 @@ class ExplainReport(eqx.Module):
 
         ```python
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
-        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         report = lxd.explain(op)
         print(report)  # the table
         row = report.rows[0]
@@ -165,7 +165,7 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
 
         ```python
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
-        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         x = jnp.ones(64, jnp.float32)
         print(lxd.explain(lambda x: op.mv(op.mv(x)) + op.mv(x), x))
         print(lxd.explain(op))  # at the call sites observed so far

@@ -6,36 +6,12 @@ from typing import Any
 
 import jax
 import jax.extend.core as jex
-import jax.tree_util as jtu
-import numpy as np
 
+from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
 from ._auto import Auto
 from ._decide import Decision
 from ._lazy import Lazy
 from ._registry import history, PASS_CONTEXT, Session, session
-
-
-def _signature(args: tuple, kwargs: dict) -> Any:
-    leaves, treedef = jtu.tree_flatten((args, kwargs))
-    parts = []
-    for leaf in leaves:
-        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-            parts.append(
-                (
-                    tuple(leaf.shape),
-                    str(leaf.dtype),
-                    bool(getattr(leaf, "weak_type", False)),
-                )
-            )
-        elif isinstance(leaf, (bool, int, float, complex)):
-            parts.append((type(leaf).__name__, np.shape(leaf)))
-        else:
-            try:
-                hash(leaf)
-                parts.append(leaf)
-            except TypeError:
-                parts.append(id(leaf))
-    return treedef, tuple(parts)
 
 
 def _entry(fun: Callable, active: Session) -> Callable:
@@ -80,6 +56,7 @@ class _CompileAware:
     def __init__(self, fun: Callable, jit_kwargs: dict[str, Any]):
         self._fun = fun
         self._jit_kwargs = jit_kwargs
+        self._passed = check_jit_kwargs(jit_kwargs)
         self._compiled: dict[Any, tuple] = {}
         functools.update_wrapper(self, fun)
 
@@ -95,52 +72,76 @@ class _CompileAware:
         A dict from each `Auto` operator's kind key to its
         [`lineax_dispatch.Decision`][].
         """
-        return self._prepare(args, kwargs)[2]
+        return self._prepare(self._split(args, kwargs))[2]
 
-    def _static_values(self, args, kwargs) -> tuple:
-        """The values of the static arguments (part of the signature)."""
-        nums = self._jit_kwargs.get("static_argnums", ())
-        names = self._jit_kwargs.get("static_argnames", ())
-        nums = (nums,) if isinstance(nums, int) else tuple(nums)
-        names = (names,) if isinstance(names, str) else tuple(names)
-        values = [args[i] for i in nums if -len(args) <= i < len(args)]
-        values += [(name, kwargs[name]) for name in names if name in kwargs]
-        return tuple(values)
+    def _split(self, args, kwargs) -> Arguments:
+        return split_arguments(
+            self._fun,
+            args,
+            kwargs,
+            self._jit_kwargs.get("static_argnums"),
+            self._jit_kwargs.get("static_argnames"),
+        )
 
-    def _prepare(self, args, kwargs):
-        signature = (_signature(args, kwargs), self._static_values(args, kwargs))
-        entry = self._compiled.get(signature)
+    def traceable(self, split: Arguments, box: OutputBox) -> Callable:
+        """`fun` as a function of the traced halves of its arguments."""
+        fun = self._fun
+
+        def traced(*dynamic_args, **dynamic_kwargs):
+            args, kwargs = split.rebuild(dynamic_args, dynamic_kwargs)
+            return box.store(fun(*args, **kwargs))
+
+        return traced
+
+    def _prepare(self, split: Arguments):
+        entry = self._compiled.get(split.key)
         if entry is None:
             observed = Session(observing=True)
-            observing = jax.jit(_entry(self._fun, observed), **self._jit_kwargs)
+            box = OutputBox()
+            observing = jax.jit(
+                _entry(self.traceable(split, box), observed), **self._passed
+            )
             context = ("observe", observed.token)
             with session(observed), PASS_CONTEXT(context):
-                observing.trace(*args, **kwargs)
+                observing.trace(*split.dynamic_args, **split.dynamic_kwargs)
             decisions = decide_session(observed)
             if all(isinstance(d.policy, Lazy) for d in decisions.values()):
                 # The observing trace is already the program: jax reuses it (under
                 # the same pass context).
-                entry = (observing, None, decisions, context)
+                entry = (observing, None, decisions, context, box)
             else:
                 fixed = Session(observing=False, decisions=decisions)
-                jitted = jax.jit(_entry(self._fun, fixed), **self._jit_kwargs)
-                entry = (jitted, fixed, decisions, ("decide", fixed.token))
-            self._compiled[signature] = entry
+                box = OutputBox()
+                jitted = jax.jit(
+                    _entry(self.traceable(split, box), fixed), **self._passed
+                )
+                entry = (jitted, fixed, decisions, ("decide", fixed.token), box)
+            self._compiled[split.key] = entry
         return entry
 
     def _run(self, method: str, args, kwargs):
-        jitted, fixed, _, context = self._prepare(args, kwargs)
+        split = self._split(args, kwargs)
+        jitted, fixed, _, context, box = self._prepare(split)
+        call = getattr(jitted, method)
         with PASS_CONTEXT(context):
             if fixed is None:
-                return getattr(jitted, method)(*args, **kwargs)
-            with session(fixed):
-                return getattr(jitted, method)(*args, **kwargs)
+                out = call(*split.dynamic_args, **split.dynamic_kwargs)
+            else:
+                with session(fixed):
+                    out = call(*split.dynamic_args, **split.dynamic_kwargs)
+        return box.combine(out) if method == "__call__" else out
 
     def __call__(self, *args, **kwargs):
         return self._run("__call__", args, kwargs)
 
     def __repr__(self) -> str:
         return f"lxd.jit({self._fun!r})"
+
+    def __get__(self, instance, owner=None):
+        # As a method: bind `self` like a function would.
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
 
     def lower(self, *args, **kwargs):
         """As `jax.jit(...).lower`, with the decisions fixed.
@@ -156,7 +157,7 @@ class _CompileAware:
         return self._run("lower", args, kwargs)
 
 
-def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
+def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     """A compile-aware `jax.jit`.
 
     For each new signature of its arguments, the returned function first traces
@@ -170,8 +171,15 @@ def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
 
     **Arguments:**
 
-    - `fun`: the function to compile.
-    - `**jit_kwargs`: passed to `jax.jit` (`static_argnums`, `donate_argnums`...).
+    - `fun`: the function to compile. Its arguments are read as
+        `equinox.filter_jit` reads them: arrays are traced, everything else
+        (operators' functions, Python numbers, strings...) is static, so an
+        operator can be passed as an argument. `None` returns a decorator:
+        `@lxd.jit(static_argnums=1)`.
+    - `**jit_kwargs`: `jax.jit`'s keyword arguments. `static_argnums` and
+        `static_argnames` make those arguments static whole (their arrays become
+        constants of the program); the others (`donate_argnums`...) are passed to
+        `jax.jit`.
 
     **Returns:**
 
@@ -182,7 +190,7 @@ def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
 
         ```python
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
-        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)  # policy=lxd.Auto()
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
 
         @lxd.jit
         def f(x):
@@ -193,6 +201,8 @@ def jit(fun: Callable, **jit_kwargs: Any) -> Callable:
         print([d.strategy for d in f.decisions(x).values()])
         ```
     """
+    if fun is None:
+        return functools.partial(jit, **jit_kwargs)
     if not callable(fun):
         raise TypeError(
             f"`fun` of `lxd.jit` must be callable; got {type(fun).__name__}."

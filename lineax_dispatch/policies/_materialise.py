@@ -2,18 +2,18 @@
 
 from typing import Any
 
+import equinox as eqx
 import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._budget import default_memory_budget, format_bytes, parse_memory_budget
-from ._dense import (
-    build_bytes,
-    check_batch_size,
-    dense_matrix,
-    dense_mv,
-    EXPLICIT_OPERATORS,
-)
+from ._budget import default_memory_budget, parse_memory_budget
+from ._dense import check_batch_size, dense_matrix, dense_mv, EXPLICIT_OPERATORS
+from ._guard import check_dense_budget
+
+
+def _budget_or_none(value: Any) -> int | None:
+    return None if value is None else parse_memory_budget(value)
 
 
 class Materialise(AbstractPolicy):
@@ -38,13 +38,20 @@ class Materialise(AbstractPolicy):
         ```
     """
 
-    batch_size: int | None = None
-    memory_budget: int | str | None = None
+    batch_size: int | None = eqx.field(default=None, converter=check_batch_size)
+    memory_budget: int | None = eqx.field(default=None, converter=_budget_or_none)
 
-    def __check_init__(self):
-        check_batch_size(self.batch_size)
-        if self.memory_budget is not None:
-            parse_memory_budget(self.memory_budget)
+    def budget(self) -> int:
+        """The memory budget in bytes: `memory_budget` if one was given, else half of
+        the free memory of the default device, read now.
+
+        **Returns:**
+
+        An int.
+        """
+        if self.memory_budget is None:
+            return default_memory_budget()
+        return self.memory_budget
 
     def check_memory(self, operator: lx.AbstractLinearOperator) -> None:
         """Raises a `ValueError` if materialising `operator` exceeds the budget.
@@ -53,25 +60,22 @@ class Materialise(AbstractPolicy):
 
         - `operator`: the operator to materialise.
 
+        **Returns:**
+
+        Nothing.
+
         **Raises:**
 
         `ValueError` giving the bytes needed (the matrix and the build's peak) and
         the budget, when the first exceeds the second.
         """
-        needed = build_bytes(operator, self.batch_size)
-        if self.memory_budget is None:
-            budget = default_memory_budget()
-        else:
-            budget = parse_memory_budget(self.memory_budget)
-        if needed > budget:
-            raise ValueError(
-                f"`Materialise` of this {type(operator).__name__} "
-                f"({operator.out_size()}x{operator.in_size()}) needs "
-                f"{format_bytes(needed)} ({needed} bytes: the matrix and the build's "
-                f"peak), over the memory budget of {format_bytes(budget)} ({budget} "
-                "bytes). Use `Auto()`, a smaller `batch_size`, or a larger "
-                "`memory_budget`."
-            )
+        check_dense_budget(
+            operator,
+            self,
+            what="`Materialise`",
+            batch_size=self.batch_size,
+            with_build=True,
+        )
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]

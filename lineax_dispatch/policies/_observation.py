@@ -11,6 +11,7 @@ import lineax as lx
 
 from ._base import RawMv
 from ._dense import EXPLICIT_OPERATORS
+from ._guard import operator_dtype
 from ._registry import cost_cache, is_leaf_array, operator_key
 
 
@@ -80,11 +81,6 @@ class Observation(eqx.Module):
     def matrix_bytes(self) -> int:
         """Bytes of the dense matrix: `in_size * out_size * itemsize`."""
         return self.in_size * self.out_size * self.itemsize
-
-
-def _dtype_of(operator: lx.AbstractLinearOperator) -> Any:
-    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
-    return jnp.result_type(*[x.dtype for x in leaves]) if leaves else jnp.float32
 
 
 # Lowering a function prints its closed-over constants into the module; above this
@@ -166,7 +162,7 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
         closed = jax.make_jaxpr(apply)(dynamic, vector)
     except Exception:  # an operator whose mv cannot be traced alone
         in_size, out_size = operator.in_size(), operator.out_size()
-        itemsize = jnp.dtype(_dtype_of(operator)).itemsize
+        itemsize = jnp.dtype(operator_dtype(operator)).itemsize
         cost = {
             "flops": 2.0 * in_size * out_size,
             "bytes": float(in_size * out_size * itemsize),
@@ -237,7 +233,7 @@ def observe(
         print(o.mv_flops, o.matrix_bytes)
         ```
     """
-    dtype = jnp.dtype(_dtype_of(operator))
+    dtype = jnp.dtype(operator_dtype(operator))
     explicit = isinstance(operator, EXPLICIT_OPERATORS)
     operator_bytes = sum(
         math.prod(x.shape) * jnp.dtype(x.dtype).itemsize

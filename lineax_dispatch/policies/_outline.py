@@ -4,26 +4,67 @@ from typing import Any
 
 import equinox as eqx
 import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
 import lineax as lx
-from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
+from .._compat import root_trace_ref
 from ._base import AbstractPolicy, RawMv
 
 
-class _AbstractMv(eqx.Module):
-    """Shape-only evaluation of an outlined `mv`.
+class _TraceScope:
+    """The outermost trace an outlined call is traced in (the `jax.jit` trace
+    whose loop bodies, nested jits, JVP and batching traces hold the call), as a
+    hashable key: by identity, through a weak reference, so a finished trace is
+    not kept alive.
 
-    `noinline`'s default abstract function is a new closure at each call, so its
-    shape cache would miss at every call site and trace the user's function again.
-    This one compares equal for equal operators: the function is traced once for
-    shapes, then the cache answers for the other call sites.
+    The outlined callee is cached by its static part, functions included; a
+    function may read Python state that changes between traces (a global, a
+    closed-over list), so sharing one callee between traces could return results
+    computed from old state where `Lazy` and lineax, tracing afresh, see the new.
+    Keyed by the trace, every call site of one trace shares one callee and a new
+    trace (a new `jax.jit`, a retrace) compiles its own.
     """
 
-    static: Any = eqx.field(static=True)
+    def __init__(self, ref):
+        self._ref = ref
+        self._hash = hash(ref)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _TraceScope) and other._ref == self._ref
+
+
+class _ScopedMv(eqx.Module):
+    """`RawMv` plus the trace it belongs to (a static field, so part of the key)."""
+
+    raw: RawMv
+    scope: _TraceScope = eqx.field(static=True)
+
+    def __call__(self, vector: PyTree[Any]) -> PyTree[Any]:
+        return self.raw(vector)
+
+
+class _AbstractMv(eqx.Module):
+    """Shape-only evaluation of an outlined `mv`: the operator's output structure,
+    without running its function (which `noinline` would otherwise trace once per
+    callee just for shapes)."""
+
+    leaves: tuple = eqx.field(static=True)
+    treedef: Any = eqx.field(static=True)
+
+    def __init__(self, structure: PyTree[jax.ShapeDtypeStruct]):
+        self.leaves, self.treedef = jtu.tree_flatten(structure)
+        self.leaves = tuple(self.leaves)
 
     def __call__(self, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
-        return hashable_combine(dynamic, self.static)(vector)
+        del dynamic, vector
+        zeros = [jnp.zeros(s.shape, s.dtype) for s in self.leaves]
+        return jtu.tree_unflatten(self.treedef, zeros)
 
 
 class Outline(AbstractPolicy):
@@ -35,6 +76,11 @@ class Outline(AbstractPolicy):
     host callback into the separately compiled executable (tens to hundreds of
     microseconds on CPU, a device-host round trip on an accelerator). It wins for an
     expensive-to-compile `mv` called from several places and run a few times.
+
+    The callee is shared by every call site of one `jax.jit` trace (loop bodies and
+    transformations included); a new trace (another `jax.jit`, or a retrace)
+    compiles its own, so a function that reads Python
+    state sees it as `Lazy` would. Outside any trace, `mv` runs inline.
 
     Operators nested inside an outlined operator are applied inline within the
     outlined callee (the outermost non-`Lazy` policy decides for the whole
@@ -54,9 +100,13 @@ class Outline(AbstractPolicy):
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
         raw = RawMv(operator)
-        # The same split `noinline` makes of `raw` itself.
-        _, static = hashable_partition(raw, eqx.is_array)
-        return eqxi.noinline(raw, _AbstractMv(static))(vector)
+        root = root_trace_ref()
+        if root is None:
+            # Eager: nothing is compiled for a later call to share; run inline.
+            return raw(vector)
+        scoped = _ScopedMv(raw, _TraceScope(root))
+        abstract = _AbstractMv(operator.out_structure())
+        return eqxi.noinline(scoped, abstract)(vector)
 
 
 Outline.__init__.__doc__ = """**Arguments:** None."""

@@ -7,8 +7,9 @@ from typing import Any
 import lineax as lx
 from jaxtyping import Array, PyTree
 
+from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
-from ..operators._dense_budget import itemsize as operator_itemsize, policy_budget
+from ..policies._guard import itemsize as operator_itemsize, policy_budget
 from ..policies import Auto, CostModel, observe, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 from ..policies._decide import batched_compile, mv_compile, mv_run
@@ -91,6 +92,10 @@ class AutoSolver(lx.AbstractLinearSolver):
     cost_model: CostModel = CostModel()
 
     def __check_init__(self):
+        for field in ("rtol", "atol"):
+            check_tolerance(getattr(self, field), f"AutoSolver(..., {field}=...)")
+        if self.max_steps is not None:
+            check_positive_int(self.max_steps, "AutoSolver(..., max_steps=...)")
         if self.memory_budget is not None:
             parse_memory_budget(self.memory_budget)
         if not isinstance(self.cost_model, CostModel):

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
+from .._validate import as_int, as_real, check_tolerance
 from ._flat import Flattener, keep_conj, preconditioner_and_y0
 from ._prepare import expected_iterations, resolve_for_solve
 from ._system import flat_preconditioner, plain_system
@@ -55,25 +56,21 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     def __check_init__(self):
         name = type(self).__name__
         for field in ("rtol", "atol"):
-            value = getattr(self, field)
-            if isinstance(value, (int, float)) and value < 0:
-                raise ValueError(
-                    f"`{name}(..., {field}=...)` must be non-negative, got {value}."
-                )
+            check_tolerance(getattr(self, field), f"{name}(..., {field}=...)")
+        if not callable(self.norm):
+            raise ValueError(
+                f"`{name}(..., norm=...)` must be a function of a PyTree returning a "
+                f"scalar (e.g. `lineax.internal.max_norm`); got {self.norm!r} of type "
+                f"{type(self.norm).__name__}."
+            )
         if self.max_steps is not None and (
-            not isinstance(self.max_steps, int) or self.max_steps < 0
+            as_int(self.max_steps) is None or as_int(self.max_steps) < 0
         ):
             raise ValueError(
                 f"`{name}(..., max_steps=...)` must be a non-negative int or None, "
                 f"got {self.max_steps!r}."
             )
-        if (
-            isinstance(self.atol, (int, float))
-            and isinstance(self.rtol, (int, float))
-            and self.atol == 0
-            and self.rtol == 0
-            and self.max_steps is None
-        ):
+        if not self.has_scale and self.max_steps is None:
             raise ValueError(
                 f"`{name}` needs `rtol`, `atol` or `max_steps` (or a combination): "
                 "got rtol=0, atol=0 and max_steps=None, which would never stop."
@@ -81,12 +78,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
     @property
     def has_scale(self) -> bool:
-        return not (
-            isinstance(self.atol, (int, float))
-            and isinstance(self.rtol, (int, float))
-            and self.atol == 0
-            and self.rtol == 0
-        )
+        return not (as_real(self.atol) == 0 and as_real(self.rtol) == 0)
 
     def solve_square(
         self,
@@ -198,9 +190,20 @@ def conj_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish_result(
-    result: lx.RESULTS, finite_input: Array, breakdown: Array | None = None
+    result: lx.RESULTS,
+    finite_input: Array,
+    breakdown: Array | None = None,
+    finite_state: Array | None = None,
 ) -> lx.RESULTS:
-    """Applies, in increasing order of precedence, breakdown and non-finite input."""
+    """Applies, in increasing order of precedence, breakdown and non-finite input.
+
+    `finite_state` says whether the loop's final state (its iterate and the scalars
+    its stopping test read) is finite: an operator holding NaN or inf makes the
+    first residual non-finite, every comparison with it false, and the loop stop
+    at once with an untouched iterate, which must not pass for a solution.
+    """
     if breakdown is not None:
         result = lx.RESULTS.where(breakdown, lx.RESULTS.breakdown, result)
+    if finite_state is not None:
+        finite_input = finite_input & finite_state
     return lx.RESULTS.where(finite_input, result, lx.RESULTS.nonfinite_input)

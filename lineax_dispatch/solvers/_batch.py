@@ -13,7 +13,12 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, PyTree
 
-from ..operators import AbstractDispatchOperator, MatrixLinearOperator, with_policy
+from ..operators import (
+    AbstractDispatchOperator,
+    materialise,
+    MatrixLinearOperator,
+    with_policy,
+)
 from ..policies import (
     AbstractPolicy,
     Auto,
@@ -25,6 +30,7 @@ from ..policies import (
     VmapBatch,
 )
 from ..policies._dense import check_batch_size
+from ..policies._guard import policy_in_force
 from ._prepare import _single_array, _tags, expected_iterations
 
 
@@ -118,7 +124,7 @@ def _materialised(operator: lx.AbstractLinearOperator, batch_size: int | None):
     ):
         matrix = dense_matrix(operator, batch_size)
         return MatrixLinearOperator(matrix, _tags(operator), policy=Lazy())
-    return lx.materialise(operator)
+    return with_policy(materialise(operator), Lazy())
 
 
 def batch_mv(
@@ -154,14 +160,27 @@ def batch_mv(
         ys = lxd.batch_mv(op, jnp.ones((5, 2)), policy=lxd.VmapBatch(batch_size=2))
         ```
     """
+    _check_operator(operator, "batch_mv")
+    if policy is not None:
+        policy = check_policy(policy)
+    check_vectors(vectors, operator.in_structure(), "input structure")
+    return _batch_mv_jit(operator, vectors, policy)
+
+
+def _batch_mv_impl(operator, vectors, policy):
     batch = check_vectors(vectors, operator.in_structure(), "input structure")
     operator, strategy = _resolve_policy(operator, policy)
-    if isinstance(strategy, Auto):
-        strategy = strategy.decision(operator, batch=batch).policy
-    if isinstance(strategy, Materialise):
-        operator = _materialised(operator, strategy.batch_size)
-        strategy = VmapBatch()
-    return _apply_stack(operator.mv, vectors, strategy)
+    with policy_in_force(strategy):
+        if isinstance(strategy, Auto):
+            strategy = strategy.decision(operator, batch=batch).policy
+        if isinstance(strategy, Materialise):
+            operator = _materialised(operator, strategy.batch_size)
+            strategy = VmapBatch()
+        return _apply_stack(operator.mv, vectors, strategy)
+
+
+# Compiled once per signature and reused by eager calls (inlined under a trace).
+_batch_mv_jit = eqx.filter_jit(_batch_mv_impl)
 
 
 def batch_solve(
@@ -221,10 +240,26 @@ def batch_solve(
         sol = lxd.batch_solve(op, bs, lxd.CG(rtol=1e-6, atol=1e-6), batch_size=4)
         ```
     """
+    _check_operator(operator, "batch_solve")
+    if not isinstance(solver, lx.AbstractLinearSolver):
+        raise TypeError(
+            "`solver` of `lxd.batch_solve` must be a lineax AbstractLinearSolver "
+            f"(e.g. `lx.LU()`, `lxd.CG(rtol, atol)`); got {solver!r} of type "
+            f"{type(solver).__name__}."
+        )
+    if policy is not None:
+        policy = check_policy(policy)
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(
+            f"`options` of `lxd.batch_solve` must be a dict or None; got "
+            f"{type(options).__name__}."
+        )
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
     vectors = jtu.tree_map(_without_explicit_axes, vectors)
     options = {} if options is None else options
+    if mesh is not None:
+        mesh = _as_mesh(mesh)
     if progress:
         return _with_progress(
             operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
@@ -233,42 +268,71 @@ def batch_solve(
         return _sharded(
             operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
         )
-    operator, strategy = _resolve_policy(operator, policy)
-    if isinstance(strategy, Auto):
-        executions = expected_iterations(
-            getattr(solver, "max_steps", None), operator.in_size()
-        )
-        strategy = strategy.decision(
-            operator, executions=executions, batch=batch
-        ).policy
-    if isinstance(strategy, Materialise):
-        operator = _materialised(operator, strategy.batch_size)
-        strategy = VmapBatch()
-    elif isinstance(strategy, (VmapBatch, Scan)) and isinstance(
-        operator, AbstractDispatchOperator
-    ):
-        # Each right-hand side applies the operator inline.
-        operator = with_policy(operator, Lazy())
-    if batch_size is not None:
-        strategy = VmapBatch(batch_size=batch_size)
-    dynamic, static = eqx.partition(operator, eqx.is_array)
-    stopped = eqx.combine(lax.stop_gradient(dynamic), static)
-    state = solver.init(stopped, options)
+    return _batch_solve_jit(
+        operator, vectors, solver, policy, options, throw, batch_size
+    )
 
-    def solve_one(vector):
-        sol = lx.linear_solve(
-            operator, vector, solver, options=options, state=state, throw=throw
-        )
-        return sol.value, sol.result, sol.stats
 
-    value, result, stats = _apply_stack(solve_one, vectors, strategy)
+def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_size):
+    batch = check_vectors(vectors, operator.out_structure(), "output structure")
+    operator, in_force = _resolve_policy(operator, policy)
+    # The policy in force keeps guarding dense matrices (a direct solver's
+    # `as_matrix`) after the operator is given an inline policy below.
+    with policy_in_force(in_force):
+        strategy = in_force
+        if isinstance(strategy, Auto):
+            executions = expected_iterations(
+                getattr(solver, "max_steps", None), operator.in_size()
+            )
+            strategy = strategy.decision(
+                operator, executions=executions, batch=batch
+            ).policy
+        if isinstance(strategy, Materialise):
+            operator = _materialised(operator, strategy.batch_size)
+            strategy = VmapBatch()
+        elif isinstance(strategy, (VmapBatch, Scan)) and isinstance(
+            operator, AbstractDispatchOperator
+        ):
+            # Each right-hand side applies the operator inline.
+            operator = with_policy(operator, Lazy())
+        if batch_size is not None:
+            strategy = VmapBatch(batch_size=batch_size)
+        dynamic, static = eqx.partition(operator, eqx.is_array)
+        stopped = eqx.combine(lax.stop_gradient(dynamic), static)
+        state = solver.init(stopped, options)
+
+        def solve_one(vector):
+            sol = lx.linear_solve(
+                operator, vector, solver, options=options, state=state, throw=throw
+            )
+            return sol.value, sol.result, sol.stats
+
+        value, result, stats = _apply_stack(solve_one, vectors, strategy)
     return lx.Solution(value=value, result=result, stats=stats, state=state)
+
+
+# Compiled once per signature (operator kind, shapes, solver, policy, options) and
+# reused by eager calls; under a trace it is inlined.
+_batch_solve_jit = eqx.filter_jit(_batch_solve_impl)
+
+
+def _check_operator(operator: Any, where: str) -> None:
+    if not isinstance(operator, lx.AbstractLinearOperator):
+        raise TypeError(
+            f"`operator` of `lxd.{where}` must be a lineax AbstractLinearOperator "
+            f"(e.g. `lxd.MatrixLinearOperator(matrix)`); got {type(operator).__name__}."
+        )
 
 
 def _as_mesh(mesh: Any) -> jax.sharding.Mesh:
     if isinstance(mesh, jax.sharding.Mesh):
         return mesh
-    devices = list(mesh)
+    if isinstance(mesh, jax.Device):
+        mesh = [mesh]
+    try:
+        devices = list(mesh)
+    except TypeError:
+        devices = []
     if not devices or not all(isinstance(d, jax.Device) for d in devices):
         raise ValueError(
             "`mesh` must be a `jax.sharding.Mesh` or a non-empty list of devices; "
@@ -298,15 +362,7 @@ def _sharded(operator, vectors, solver, batch, policy, options, throw, size, mes
         lambda x: lax.with_sharding_constraint(x, replicated), dynamic
     )
     operator = eqx.combine(dynamic, static)
-    sol = batch_solve(
-        operator,
-        vectors,
-        solver,
-        policy=policy,
-        options=options,
-        throw=throw,
-        batch_size=size,
-    )
+    sol = _batch_solve_jit(operator, vectors, solver, policy, options, throw, size)
     return jtu.tree_map(
         lambda x: x[:batch] if eqx.is_array(x) and x.shape[:1] == (padded,) else x,
         sol,
@@ -326,27 +382,32 @@ def _with_progress(
 
     size = batch if size is None else size
 
-    @eqx.filter_jit
-    def chunk_solve(operator, chunk):
-        return batch_solve(
-            operator,
-            chunk,
-            solver,
-            policy=policy,
-            options=options,
-            throw=throw,
-            mesh=mesh,
-        )
-
     pieces = []
     with tqdm(total=batch, desc="batch_solve", unit="rhs") as bar:
         for start in range(0, batch, size):
             chunk = jtu.tree_map(lambda x: x[start : start + size], vectors)
-            pieces.append(chunk_solve(operator, chunk))
+            if mesh is None:
+                piece = _batch_solve_jit(
+                    operator, chunk, solver, policy, options, throw, None
+                )
+            else:
+                count = min(size, batch - start)
+                piece = _sharded(
+                    operator, chunk, solver, count, policy, options, throw, None, mesh
+                )
+            pieces.append(piece)
             bar.update(min(size, batch - start))
-    return jtu.tree_map(
-        lambda *xs: (
-            jnp.concatenate(xs) if eqx.is_array(xs[0]) and xs[0].ndim else xs[0]
+    # Every chunk made the same solver state (`init` of the same operator): keep one.
+    return lx.Solution(
+        value=jtu.tree_map(lambda *xs: jnp.concatenate(xs), *[p.value for p in pieces]),
+        result=jtu.tree_map(
+            lambda *xs: jnp.concatenate(xs), *[p.result for p in pieces]
         ),
-        *pieces,
+        stats=jtu.tree_map(
+            lambda *xs: (
+                jnp.concatenate(xs) if eqx.is_array(xs[0]) and xs[0].ndim else xs[0]
+            ),
+            *[p.stats for p in pieces],
+        ),
+        state=pieces[0].state,
     )

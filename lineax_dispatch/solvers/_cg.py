@@ -200,7 +200,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
         s = lax.while_loop(cond_fun, body_fun, init)
         result = self.steps_result(s["step"], max_steps, not_converged(s))
         result = lx.RESULTS.where(s["singular"], lx.RESULTS.singular, result)
-        result = finish_result(result, s["finite"], s["breakdown"])
+        finite_state = (
+            jnp.isfinite(s["gamma"]) & all_finite(s["r"]) & all_finite(s["y"])
+        )
+        result = finish_result(result, s["finite"], s["breakdown"], finite_state)
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats
 

@@ -20,6 +20,7 @@ from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ..operators._structure import structures_match
+from ..policies._guard import promoted_dtype
 
 
 class Flattener(eqx.Module):
@@ -56,9 +57,9 @@ class Flattener(eqx.Module):
 def result_dtype(*trees: PyTree[Any]) -> Any:
     """The dtype in which a solver works: the promotion of every leaf's dtype."""
     leaves = [x for t in trees for x in jtu.tree_leaves(t)]
-    dtype = jnp.result_type(*[x.dtype for x in leaves]) if leaves else jnp.float32
+    dtype = promoted_dtype(*[x.dtype for x in leaves])
     if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(dtype, jnp.float32)
+        dtype = promoted_dtype(dtype, jnp.float32)
     return dtype
 
 

@@ -207,7 +207,10 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         result = self.steps_result(s["step"], max_steps, not_converged(s))
         singular = s["singular"] & not_converged(s)
         result = lx.RESULTS.where(singular, lx.RESULTS.singular, result)
-        result = finish_result(result, s["finite"], s["breakdown"])
+        finite_state = (
+            jnp.isfinite(s["phibar"]) & jnp.isfinite(s["beta"]) & all_finite(s["y"])
+        )
+        result = finish_result(result, s["finite"], s["breakdown"], finite_state)
         stats = {"num_steps": s["step"], "max_steps": self.max_steps}
         return system.total(s["y"]), result, stats
 

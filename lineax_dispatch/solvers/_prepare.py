@@ -77,7 +77,7 @@ def resolve_for_solve(
         from lineax_dispatch.solvers import resolve_for_solve
 
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
-        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)  # policy=lxd.Auto()
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         fixed = resolve_for_solve(op, executions=100)  # in a solver's `init`
         ```
     """
