@@ -65,7 +65,9 @@ def test_non_finite_operator_is_never_a_success(name, bad):
 def test_bad_tolerance_is_an_error_at_construction(cls, field, value):
     kwargs = dict(rtol=1e-6, atol=1e-6)
     kwargs[field] = value
-    with pytest.raises(ValueError, match=f"{cls.__name__}\\(\\.\\.\\., {field}=\\.\\.\\.\\)"):
+    with pytest.raises(
+        ValueError, match=f"{cls.__name__}\\(\\.\\.\\., {field}=\\.\\.\\.\\)"
+    ):
         cls(**kwargs)
 
 
@@ -252,10 +254,10 @@ def test_outline_sees_changed_python_state(closure_convert):
             operator = lxd.FunctionLinearOperator(
                 fn, _STRUCTURE, closure_convert=closure_convert, policy=policy
             )
-            results[scale, type(policy).__name__] = jax.jit(
-                lambda v: operator.mv(v)
-            )(x)
-        plain = lx.FunctionLinearOperator(fn, _STRUCTURE, closure_convert=closure_convert)
+            results[scale, type(policy).__name__] = jax.jit(lambda v: operator.mv(v))(x)
+        plain = lx.FunctionLinearOperator(
+            fn, _STRUCTURE, closure_convert=closure_convert
+        )
         results[scale, "lineax"] = jax.jit(lambda v: plain.mv(v))(x)
     for key, value in results.items():
         np.testing.assert_allclose(value, key[0] * x, err_msg=str(key))
@@ -314,7 +316,13 @@ def test_batch_api_argument_errors():
 def test_reflected_arithmetic_keeps_the_policy():
     ours = lxd.MatrixLinearOperator(_matrix(), policy=lxd.Outline())
     plain = lx.MatrixLinearOperator(_matrix())
-    for result in (plain + ours, ours + plain, plain - ours, plain @ ours, ours @ plain):
+    for result in (
+        plain + ours,
+        ours + plain,
+        plain - ours,
+        plain @ ours,
+        ours @ plain,
+    ):
         assert isinstance(result, lxd.AbstractDispatchOperator), type(result)
         assert result.policy == lxd.Outline()
     x = jnp.arange(1.0, N + 1.0)
@@ -345,12 +353,6 @@ def test_integer_vectors_are_accepted_as_lineax_does(policy):
         operator.mv(jnp.ones(N, jnp.complex128))
 
 
-@pytest.fixture
-def strict_promotion():
-    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
-        yield
-
-
 _POLICIES = [
     lxd.Lazy(),
     lxd.Auto(),
@@ -364,6 +366,8 @@ _POLICIES = [
 
 @pytest.mark.parametrize("policy", _POLICIES, ids=lambda p: type(p).__name__)
 def test_strict_promotion(policy, strict_promotion):
+    assert jax.config.jax_numpy_dtype_promotion == "strict"
+    assert jax.config.jax_numpy_rank_promotion == "raise"
     s32 = jax.ShapeDtypeStruct((3,), jnp.float32)
     s64 = jax.ShapeDtypeStruct((3,), jnp.float64)
     identity = lxd.IdentityLinearOperator(s32, s64, policy=policy)

@@ -22,6 +22,9 @@ from .solver_problems import (
 )
 from .zoo import POLICIES, SOLVE_POLICIES
 
+# Every test here runs under lineax's strict dtype and rank promotion.
+pytestmark = pytest.mark.usefixtures("strict_promotion")
+
 
 def _solve(operator, b, solver, **kwargs):
     sol = lx.linear_solve(operator, b, solver, throw=False, **kwargs)

@@ -129,7 +129,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             decreased = r_norm < s["r_min"]
             size2 = two_norm(w)
             initial_breakdown = size2 < eps
-            safe = jnp.where(initial_breakdown, jnp.inf, size2)
+            safe = jnp.where(initial_breakdown, jnp.inf, size2).astype(dtype)
             new = dict(s)
             new.update(
                 r=w,
@@ -159,7 +159,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             w = w - basis.T @ proj
             w_norm = two_norm(w)
             breakdown = (w_norm < step_norm * eps) | s["initial_breakdown"]
-            w = w / jnp.where(breakdown, jnp.inf, w_norm)
+            w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(dtype)
             proj = proj.at[j + 1].set(w_norm.astype(dtype))
             hess = jnp.where(
                 s["initial_breakdown"], s["hess"], s["hess"].at[j].set(proj)
@@ -170,7 +170,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
 
             def finish(hess, basis):
                 # Least squares with the Hessenberg matrix, as lineax (by QR).
-                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s["r_norm"])
+                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s["r_norm"].astype(dtype))
                 q, upper = jnp.linalg.qr(hess.T)
                 z = jsl.solve_triangular(upper, q.conj().T @ rhs)
                 return basis[:-1].T @ z
