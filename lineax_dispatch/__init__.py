@@ -45,6 +45,7 @@ from .policies import (
     observe as observe,
     Outline as Outline,
     parse_memory_budget as parse_memory_budget,
+    Roll as Roll,
     Scan as Scan,
     VmapBatch as VmapBatch,
 )

@@ -4,7 +4,7 @@ move breaks here (and in `tests/test_compat.py`) rather than anywhere."""
 import weakref
 from typing import Any
 
-from jax._src import core as _jax_core
+from jax._src import core as _jax_core, source_info_util as _source_info
 
 
 def root_trace_ref() -> "weakref.ref | None":
@@ -25,3 +25,29 @@ def root_trace_ref() -> "weakref.ref | None":
         if parent is None or isinstance(parent, _jax_core.EvalTrace):
             return trace._weakref
         trace = parent
+
+
+def bind_equation(eqn: Any, invals: list) -> list:
+    """Binds one jaxpr equation to `invals` as `jax.core.eval_jaxpr` does (its
+    source information and context kept), returning its outputs as a list.
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+    - `invals`: its input values.
+
+    **Returns:**
+
+    The list of output values.
+    """
+    params = eqn.primitive.get_bind_params(eqn.params)
+    if isinstance(params, tuple):  # older jax: (subfuns, params)
+        subfuns, params = params
+        invals = [*subfuns, *invals]
+    name_stack = _source_info.current_name_stack() + eqn.source_info.name_stack
+    with (
+        _source_info.user_context(eqn.source_info.traceback, name_stack=name_stack),
+        eqn.ctx.manager,
+    ):
+        out = eqn.primitive.bind(*invals, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]

@@ -31,6 +31,7 @@ from ._observation import (
 )
 from ._outline import Outline as Outline
 from ._registry import expected_executions as expected_executions
+from ._roll_policy import Roll as Roll
 
 
 def default_policy() -> AbstractPolicy:

@@ -12,6 +12,7 @@ from ._auto import Auto
 from ._decide import Decision
 from ._lazy import Lazy
 from ._registry import history, PASS_CONTEXT, Session, session
+from ._rewrite import roll_program, rolled_entry
 
 
 def _entry(fun: Callable, active: Session) -> Callable:
@@ -103,11 +104,12 @@ class _CompileAware:
             )
             context = ("observe", observed.token)
             with session(observed), PASS_CONTEXT(context):
-                observing.trace(*split.dynamic_args, **split.dynamic_kwargs)
+                traced = observing.trace(*split.dynamic_args, **split.dynamic_kwargs)
             decisions = decide_session(observed)
             if all(isinstance(d.policy, Lazy) for d in decisions.values()):
                 # The observing trace is already the program: jax reuses it (under
                 # the same pass context).
+                program = traced
                 entry = (observing, None, decisions, context, box)
             else:
                 fixed = Session(observing=False, decisions=decisions)
@@ -115,7 +117,16 @@ class _CompileAware:
                 jitted = jax.jit(
                     _entry(self.traceable(split, box), fixed), **self._passed
                 )
-                entry = (jitted, fixed, decisions, ("decide", fixed.token), box)
+                context = ("decide", fixed.token)
+                with session(fixed), PASS_CONTEXT(context):
+                    program = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+                entry = (jitted, fixed, decisions, context, box)
+            run = roll_program(program.jaxpr)
+            if run is not None:
+                # The rewritten program replaces the traced one: the user's
+                # function is not traced again.
+                rolled = jax.jit(rolled_entry(run, program.out_tree), **self._passed)
+                entry = (rolled, None, decisions, context, box)
             self._compiled[split.key] = entry
         return entry
 

@@ -10,40 +10,15 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
 
-from .._compat import root_trace_ref
 from ._base import AbstractPolicy, RawMv
-
-
-class _TraceScope:
-    """The outermost trace an outlined call is traced in (the `jax.jit` trace
-    whose loop bodies, nested jits, JVP and batching traces hold the call), as a
-    hashable key: by identity, through a weak reference, so a finished trace is
-    not kept alive.
-
-    The outlined callee is cached by its static part, functions included; a
-    function may read Python state that changes between traces (a global, a
-    closed-over list), so sharing one callee between traces could return results
-    computed from old state where `Lazy` and lineax, tracing afresh, see the new.
-    Keyed by the trace, every call site of one trace shares one callee and a new
-    trace (a new `jax.jit`, a retrace) compiles its own.
-    """
-
-    def __init__(self, ref):
-        self._ref = ref
-        self._hash = hash(ref)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _TraceScope) and other._ref == self._ref
+from ._marked import current_scope, TraceScope
 
 
 class _ScopedMv(eqx.Module):
     """`RawMv` plus the trace it belongs to (a static field, so part of the key)."""
 
     raw: RawMv
-    scope: _TraceScope = eqx.field(static=True)
+    scope: TraceScope = eqx.field(static=True)
 
     def __call__(self, vector: PyTree[Any]) -> PyTree[Any]:
         return self.raw(vector)
@@ -100,11 +75,11 @@ class Outline(AbstractPolicy):
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
         raw = RawMv(operator)
-        root = root_trace_ref()
-        if root is None:
+        scope = current_scope()
+        if scope is None:
             # Eager: nothing is compiled for a later call to share; run inline.
             return raw(vector)
-        scoped = _ScopedMv(raw, _TraceScope(root))
+        scoped = _ScopedMv(raw, scope)
         abstract = _AbstractMv(operator.out_structure())
         return eqxi.noinline(scoped, abstract)(vector)
 

@@ -9,10 +9,10 @@ from jaxtyping import Array, PyTree
 
 from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
-from ..policies._guard import itemsize as operator_itemsize, policy_budget
 from ..policies import Auto, CostModel, observe, parse_memory_budget
 from ..policies._budget import default_memory_budget, format_bytes
 from ..policies._decide import batched_compile, mv_compile, mv_run
+from ..policies._guard import itemsize as operator_itemsize, policy_budget
 from ..policies._registry import record_solver_choice
 from ._cg import CG
 from ._gmres import GMRES

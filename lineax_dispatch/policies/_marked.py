@@ -1,0 +1,77 @@
+"""Marked calls: an operator's `mv` applied through one cached `jax.jit` of its plain
+lineax `mv`, with the operator's arrays as arguments and its static part (its
+functions, tags and structures) as the cache key.
+
+The user's function is then traced once per operator kind and signature, however
+many call sites there are, and each call site is one recognisable `jit` equation
+(named `lineax_dispatch_mv`) in the traced program, which `lxd.jit` can find and
+rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
+"""
+
+import functools
+from typing import Any
+
+import equinox as eqx
+import jax
+import lineax as lx
+from equinox._compile_utils import hashable_combine, hashable_partition
+from jaxtyping import PyTree
+
+from .._compat import root_trace_ref
+from ._base import RawMv
+
+
+# The name of every marked call's equation in a traced program.
+MARKED_NAME = "lineax_dispatch_mv"
+
+
+class TraceScope:
+    """The outermost trace a call is traced in (the `jax.jit` trace whose loop
+    bodies, nested jits, JVP and batching traces hold the call), as a hashable key:
+    by identity, through a weak reference, so a finished trace is not kept alive.
+
+    A compiled callee is cached by its static part, functions included; a function
+    may read Python state that changes between traces (a global, a closed-over
+    list), so sharing one callee between traces could return results computed from
+    old state where lineax, tracing afresh, sees the new. Keyed by the trace, every
+    call site of one trace shares one callee and a new trace compiles its own.
+    """
+
+    def __init__(self, ref: Any):
+        self._ref = ref
+        self._hash = hash(ref)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, TraceScope) and other._ref == self._ref
+
+
+def current_scope() -> TraceScope | None:
+    """The scope of the current trace, or `None` outside any trace (eager)."""
+    root = root_trace_ref()
+    return None if root is None else TraceScope(root)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def lineax_dispatch_mv(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]):
+    static, _ = key
+    return hashable_combine(dynamic, static)(vector)
+
+
+def marked_mv(operator: lx.AbstractLinearOperator, vector: PyTree[Any]) -> PyTree:
+    """Applies the plain lineax `mv` of `operator` through the marked call.
+
+    **Arguments:**
+
+    - `operator`: an operator of lineax-dispatch.
+    - `vector`: a PyTree matching its input structure.
+
+    **Returns:**
+
+    The product. Eagerly, the compiled `mv` (compiled once per operator kind and
+    signature, and reused); under a trace, one `lineax_dispatch_mv` equation.
+    """
+    dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
+    return lineax_dispatch_mv((static, current_scope()), dynamic, vector)

@@ -1,0 +1,228 @@
+"""The `Roll` rewrite of `lxd.jit`: a zoo of programs, each compared with `jax.jit`
+of the same program under jit, grad, jvp and vmap; the rolled program holds one
+copy of the operator's dot products and traces the user's function once."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+
+N, LAYERS = 6, 3
+_KEYS = jax.random.split(jax.random.key(0), LAYERS)
+_WEIGHTS = [
+    jnp.eye(N) + 0.3 * jax.random.normal(k, (N, N), jnp.float64) / N for k in _KEYS
+]
+
+
+def _chain(x):
+    for w in _WEIGHTS:
+        x = w @ x
+    return x
+
+
+def _operators(policy, counter=None):
+    def fn(x):
+        if counter is not None:
+            counter.append(1)
+        return _chain(x)
+
+    structure = jax.ShapeDtypeStruct((N,), jnp.float64)
+    op = lxd.FunctionLinearOperator(fn, structure, closure_convert=False, policy=policy)
+    other = lxd.MatrixLinearOperator(
+        jnp.arange(N * N, dtype=jnp.float64).reshape(N, N) / N**2, policy=policy
+    )
+    tree = lxd.FunctionLinearOperator(
+        lambda t: {"a": _chain(t["a"]) + t["b"][:N], "b": 2 * t["b"]},
+        {
+            "a": jax.ShapeDtypeStruct((N,), jnp.float64),
+            "b": jax.ShapeDtypeStruct((N + 1,), jnp.float64),
+        },
+        policy=policy,
+    )
+    return op, other, tree
+
+
+def _dependent(ops, x):
+    op = ops[0]
+    for i in range(5):
+        x = op.mv(x * (1.0 + 0.1 * i))
+    return x
+
+
+def _independent(ops, x):
+    op = ops[0]
+    return sum(op.mv(jnp.sin(x) * i) for i in range(4))
+
+
+def _mixed(ops, x):
+    op = ops[0]
+    a = op.mv(x)
+    b = op.mv(jnp.cos(x))
+    c = op.mv(a * b)
+    d = jnp.tanh(c) + a
+    return op.mv(d) - b, c
+
+
+def _two_operators(ops, x):
+    op, other = ops[0], ops[1]
+    for _ in range(3):
+        x = other.mv(op.mv(x)) + 0.5 * x
+    return x
+
+
+def _pytree(ops, x):
+    tree = ops[2]
+    t = {"a": x, "b": jnp.concatenate([x, x[:1]])}
+    for _ in range(3):
+        t = tree.mv(t)
+    return t["a"].sum() * x + t["b"][:N]
+
+
+def _in_scan_and_cond(ops, x):
+    op = ops[0]
+    y = op.mv(x)
+
+    def step(carry, _):
+        return op.mv(carry) * 0.5, None
+
+    z, _ = jax.lax.scan(step, y, None, length=3)
+    w = jax.lax.cond(z.sum() > 0, lambda v: op.mv(v), lambda v: -v, z)
+    return op.mv(w) + y
+
+
+def _with_effects(ops, x):
+    op = ops[0]
+    y = op.mv(x)
+    jax.debug.print("between calls {}", y.sum())
+    y = eqx.error_if(y, ~jnp.all(jnp.isfinite(y)), "not finite")
+    return op.mv(y) + op.mv(2 * y)
+
+
+def _with_solve(ops, x):
+    op = ops[0]
+    b = op.mv(x)
+    dense = lxd.MatrixLinearOperator(
+        jnp.eye(N) * 3 + 0.1, lx.positive_semidefinite_tag, policy=lxd.Lazy()
+    )
+    y = lx.linear_solve(dense, b, lxd.CG(1e-10, 1e-10)).value
+    return op.mv(y) + op.mv(b)
+
+
+ZOO = {
+    "dependent": _dependent,
+    "independent": _independent,
+    "mixed": _mixed,
+    "two-operators": _two_operators,
+    "pytree": _pytree,
+    "in-scan-and-cond": _in_scan_and_cond,
+    "effects": _with_effects,
+    "solve": _with_solve,
+}
+
+
+def _pair(name):
+    rolled_ops = _operators(lxd.Roll())
+    lazy_ops = _operators(lxd.Lazy())
+    program = ZOO[name]
+    return (
+        lambda x: program(rolled_ops, x),
+        lambda x: program(lazy_ops, x),
+    )
+
+
+def _close(a, b):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_rolled_programs_match_jax_jit(name):
+    rolled, lazy = _pair(name)
+    x = jnp.linspace(0.1, 1.0, N)
+    if name in ("effects", "solve"):
+        # `jax.jit(lazy)` of these programs fails inside jax's leak report too (an
+        # IndexError there, from `eqx.error_if`, which lineax's `throw` uses), so
+        # no leak check.
+        _close(lxd.jit(rolled)(x), jax.jit(lazy)(x))
+    else:
+        with jax.checking_leaks():
+            _close(lxd.jit(rolled)(x), jax.jit(lazy)(x))
+    scalar = lambda f: (
+        lambda x: sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(f(x)))
+    )
+    _close(jax.grad(lxd.jit(scalar(rolled)))(x), jax.jit(jax.grad(scalar(lazy)))(x))
+    _close(lxd.jit(jax.grad(scalar(rolled)))(x), jax.jit(jax.grad(scalar(lazy)))(x))
+    tangent = jnp.cos(x)
+    _close(
+        jax.jvp(lxd.jit(rolled), (x,), (tangent,)),
+        jax.jvp(jax.jit(lazy), (x,), (tangent,)),
+    )
+    xs = jnp.stack([x, 2 * x, -x])
+    _close(jax.vmap(lxd.jit(rolled))(xs), jax.jit(jax.vmap(lazy))(xs))
+    _close(lxd.jit(jax.vmap(rolled))(xs), jax.jit(jax.vmap(lazy))(xs))
+    # Nested: an lxd.jit program called from another.
+    inner = lxd.jit(rolled)
+    _close(lxd.jit(lambda x: inner(x))(x), jax.jit(lazy)(x))
+
+
+def _count_dots(lowered):
+    """Dot products in the compiled (optimised, inlined) HLO."""
+    return lowered.compile().as_text().count(" dot(")
+
+
+@pytest.mark.parametrize("sites", [1, 4, 16])
+def test_function_traced_once_and_compiled_once(sites):
+    counter = []
+    op = _operators(lxd.Roll(), counter)[0]
+
+    x = jnp.ones(N)
+    compiled = lxd.jit(lambda x: _loop(op, x, sites))
+    out = compiled(x)
+    assert len(counter) == 1
+    lazy = _operators(lxd.Lazy())[0]
+    _close(out, jax.jit(lambda x: _loop(lazy, x, sites))(x))
+    # One copy of the operator's dot products in the compiled program.
+    inline = jax.jit(lambda x: _loop(lazy, x, sites)).lower(x)
+    assert _count_dots(inline) == sites * LAYERS
+    assert _count_dots(compiled.lower(x)) == LAYERS
+
+
+def _loop(op, x, sites):
+    for i in range(sites):
+        x = op.mv(x) * (1.0 + 0.01 * i)
+    return x
+
+
+def test_roll_under_plain_jit_is_inline():
+    """Outside `lxd.jit` a Roll operator is applied as lineax applies it: the
+    marked call is inlined by XLA (the same dot products as lineax's), and the
+    function is traced once for all call sites."""
+    counter = []
+    op = _operators(lxd.Roll(), counter)[0]
+    x = jnp.ones(N)
+    ours = jax.jit(lambda x: _loop(op, x, 4)).lower(x)
+    plain = lx.FunctionLinearOperator(_chain, op.in_structure())
+    theirs = jax.jit(lambda x: _loop(plain, x, 4)).lower(x)
+    assert _count_dots(ours) == _count_dots(theirs) == 4 * LAYERS
+    assert len(counter) == 1
+    _close(op.mv(x), plain.mv(x))
+    _close(
+        jax.jit(lambda x: _loop(op, x, 4))(x), jax.jit(lambda x: _loop(plain, x, 4))(x)
+    )
+
+
+def test_static_and_donated_arguments():
+    op = _operators(lxd.Roll())[0]
+    lazy = _operators(lxd.Lazy())[0]
+
+    @lxd.jit(static_argnums=1, donate_argnums=0)
+    def f(x, k):
+        return _loop(op, x, k)
+
+    for k in (2, 3):
+        _close(f(jnp.ones(N), k), jax.jit(lambda x: _loop(lazy, x, k))(jnp.ones(N)))
