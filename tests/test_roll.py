@@ -226,3 +226,31 @@ def test_static_and_donated_arguments():
 
     for k in (2, 3):
         _close(f(jnp.ones(N), k), jax.jit(lambda x: _loop(lazy, x, k))(jnp.ones(N)))
+
+
+def test_unrolled_loops_share_one_branch():
+    """A Python-unrolled loop becomes a plain loop: steps equal up to literals
+    share a branch (the first and the last step may differ: the first reads no
+    carried value, the last computes no next input)."""
+    from lineax_dispatch.policies._rewrite import marked_groups
+    from lineax_dispatch.policies._roll_plan import plan_roll
+
+    op = _operators(lxd.Roll())[0]
+
+    def dependent(x):
+        for i in range(16):
+            x = op.mv(x * (1.0 + 0.01 * i))
+        return x
+
+    def independent(x):
+        return sum(op.mv(jnp.sin(x) * i) for i in range(16))
+
+    x = jnp.ones(N)
+    for f, branches in ((dependent, 2), (independent, 3)):
+        jaxpr = jax.make_jaxpr(f)(x).jaxpr
+        (sites,) = marked_groups(jaxpr)
+        assert len(sites) == 16
+        plan = plan_roll(jaxpr, sites)
+        assert len(plan.representatives) == branches
+        assert plan.classes[1:-1] == (plan.classes[1],) * 14
+        _close(lxd.jit(f)(x), jax.jit(lambda x: f(x))(x))

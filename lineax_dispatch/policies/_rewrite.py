@@ -8,7 +8,8 @@ import jax
 import jax.tree_util as jtu
 
 from ._marked import MARKED_NAME
-from ._roll import plan_roll, rolled_function
+from ._roll import rolled_function
+from ._roll_plan import plan_roll
 
 
 def marked_groups(jaxpr: Any) -> list[list[int]]:
@@ -50,21 +51,24 @@ def roll_program(closed: Any) -> Callable | None:
     """
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
-    tried: set = set()
     while True:
-        groups = [g for g in marked_groups(closed.jaxpr) if tuple(g) not in tried]
-        plan = None
-        for sites in groups:
-            tried.add(tuple(sites))
-            plan = plan_roll(closed.jaxpr, sites)
-            if plan is not None:
-                break
+        plan, others = None, 0
+        for sites in marked_groups(closed.jaxpr):
+            if plan is None:
+                plan = plan_roll(closed.jaxpr, sites)
+                if plan is not None:
+                    continue
+            others += 1
         if plan is None:
             return run
         run = rolled_function(closed, plan)
+        if not others:
+            return run
+        # Other groups may remain at the top level: look again in the rewritten
+        # program (groups whose sites were between the calls are now in the loop).
+        # Each pass moves one group's sites into a loop, so this ends.
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
         closed = jax.make_jaxpr(run)(*structs)
-        tried = set()
 
 
 def rolled_entry(run: Callable, out_tree: Any) -> Callable:
