@@ -175,27 +175,33 @@ def _count_dots(lowered):
     return lowered.compile().as_text().count(" dot(")
 
 
-@pytest.mark.parametrize("sites", [1, 4, 16])
-def test_function_traced_once_and_compiled_once(sites):
-    counter = []
-    op = _operators(lxd.Roll(), counter)[0]
-
-    x = jnp.ones(N)
-    compiled = lxd.jit(lambda x: _loop(op, x, sites))
-    out = compiled(x)
-    assert len(counter) == 1
-    lazy = _operators(lxd.Lazy())[0]
-    _close(out, jax.jit(lambda x: _loop(lazy, x, sites))(x))
-    # One copy of the operator's dot products in the compiled program.
-    inline = jax.jit(lambda x: _loop(lazy, x, sites)).lower(x)
-    assert _count_dots(inline) == sites * LAYERS
-    assert _count_dots(compiled.lower(x)) == LAYERS
-
-
 def _loop(op, x, sites):
     for i in range(sites):
         x = op.mv(x) * (1.0 + 0.01 * i)
     return x
+
+
+def _sum(op, x, sites):
+    return sum(op.mv(jnp.sin(x) * (i + 1)) for i in range(sites))
+
+
+@pytest.mark.parametrize("program", [_loop, _sum], ids=["dependent", "independent"])
+@pytest.mark.parametrize("sites", [1, 4, 16])
+def test_function_traced_once_and_compiled_once(program, sites):
+    """Dependent sites are rolled into a loop, independent ones stacked into one
+    call: either way the user's function is traced once and the compiled program
+    holds one copy of its dot products."""
+    counter = []
+    op = _operators(lxd.Roll(), counter)[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(lambda x: program(op, x, sites))
+    out = compiled(x)
+    assert len(counter) == 1
+    lazy = _operators(lxd.Lazy())[0]
+    _close(out, jax.jit(lambda x: program(lazy, x, sites))(x))
+    inline = jax.jit(lambda x: program(lazy, x, sites)).lower(x)
+    assert _count_dots(inline) == sites * LAYERS
+    assert _count_dots(compiled.lower(x)) == LAYERS
 
 
 def test_roll_under_plain_jit_is_inline():

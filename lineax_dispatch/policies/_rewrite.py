@@ -10,6 +10,7 @@ import jax.tree_util as jtu
 from ._marked import MARKED_NAME
 from ._roll import rolled_function
 from ._roll_plan import plan_roll
+from ._stack import plan_stack, stacked_function
 
 
 def marked_groups(jaxpr: Any) -> list[list[int]]:
@@ -52,16 +53,22 @@ def roll_program(closed: Any) -> Callable | None:
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
     while True:
-        plan, others = None, 0
+        rewrite, others = None, 0
         for sites in marked_groups(closed.jaxpr):
-            if plan is None:
+            if rewrite is None:
+                # Independent sites run together (stacked); any others, rolled.
+                stack = plan_stack(closed.jaxpr, sites)
+                if stack is not None:
+                    rewrite = stacked_function(closed, stack)
+                    continue
                 plan = plan_roll(closed.jaxpr, sites)
                 if plan is not None:
+                    rewrite = rolled_function(closed, plan)
                     continue
             others += 1
-        if plan is None:
+        if rewrite is None:
             return run
-        run = rolled_function(closed, plan)
+        run = rewrite
         if not others:
             return run
         # Other groups may remain at the top level: look again in the rewritten
