@@ -9,7 +9,7 @@ from jaxtyping import PyTree
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
 from ..policies._dense import EXPLICIT_OPERATORS
 from ..policies._guard import check_dense_budget
-from ._structure import cast_vector, check_vector
+from ._structure import check_vector
 
 
 class AbstractDispatchOperator(lx.AbstractLinearOperator):
@@ -61,8 +61,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
 
         `ValueError` at trace time if `vector` does not match the input structure.
         """
-        check_vector(self, vector)
-        vector = cast_vector(self, vector)
+        vector = check_vector(self, vector)
         if in_raw_mv_context():
             return self.raw_mv(vector)
         return self.policy.mv(self, vector)

@@ -44,41 +44,33 @@ def _promotes_to(got, expected) -> bool:
         return jnp.promote_types(got, expected) == jnp.dtype(expected)
 
 
-def cast_vector(operator: lx.AbstractLinearOperator, vector: PyTree[Any]) -> PyTree:
-    """`vector` with every leaf cast to the dtype of the operator's input
-    structure (a no-op where they already agree).
-
-    **Arguments:**
-
-    - `operator`: the operator.
-    - `vector`: a PyTree that `check_vector` accepted.
-
-    **Returns:**
-
-    The PyTree, with the input structure's dtypes.
-    """
-    return jtu.tree_map(
-        lambda x, s: x if jnp.result_type(x) == s.dtype else jnp.asarray(x, s.dtype),
-        vector,
-        operator.in_structure(),
-    )
+def _structure_of(x: Any) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of an array (or array-like) leaf, without tracing."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+    return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
 
 
 def check_vector(
     operator: lx.AbstractLinearOperator, vector: PyTree[Any], *, name: str = "vector"
-) -> None:
+) -> PyTree[Any]:
     """Raises a ValueError, at trace time, if `vector` does not match the input
-    structure of `operator`.
+    structure of `operator`; otherwise returns it with every leaf cast to the
+    input structure's dtype (a no-op where they already agree).
 
     **Arguments:**
 
     - `operator`: the operator about to be applied.
     - `vector`: the PyTree it is applied to.
     - `name`: the argument name to use in the message.
+
+    **Returns:**
+
+    `vector`, cast to the input structure's dtypes.
     """
     expected = operator.in_structure()
     try:
-        got = jax.eval_shape(lambda: vector)
+        got = jtu.tree_map(_structure_of, vector)
     except TypeError as e:
         raise ValueError(
             f"`{name}` must be a PyTree of arrays matching the operator's input "
@@ -90,3 +82,14 @@ def check_vector(
             f"{type(operator).__name__}: expected {_describe(expected)}, "
             f"got {_describe(got)}"
         )
+    got_leaves = jtu.tree_leaves(got)
+    expected_leaves, treedef = jtu.tree_flatten(expected)
+    if all(g.dtype == e.dtype for g, e in zip(got_leaves, expected_leaves)):
+        return vector
+    return jtu.tree_unflatten(
+        treedef,
+        [
+            x if g.dtype == e.dtype else jnp.asarray(x, e.dtype)
+            for x, g, e in zip(jtu.tree_leaves(vector), got_leaves, expected_leaves)
+        ],
+    )

@@ -12,6 +12,7 @@ from ._budget import default_memory_budget, parse_memory_budget
 from ._decide import CostModel, decide, Decision
 from ._dense import dense_matrix, dense_mv
 from ._lazy import Lazy
+from ._marked import current_scope, marked_mv
 from ._materialise import Materialise
 from ._observation import observe
 from ._outline import Outline
@@ -140,6 +141,10 @@ class Auto(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
+        if current_scope() is None:
+            # Eager: no program to decide for; the compiled `mv`, compiled once
+            # per operator kind and signature, with no decision work.
+            return marked_mv(operator, vector)
         key = operator_key(operator)
         record_call(operator, key)
         active = current_session()

@@ -6,13 +6,18 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
+from ._marked import current_scope, marked_mv
 
 
 class Lazy(AbstractPolicy):
     """Inlines the operator's `mv` at every call site, exactly as lineax does.
 
     Cheapest at run time and for cheap operators; an expensive `mv` called from
-    several places is traced and compiled again at each of them.
+    several places is traced and compiled again at each of them. Outside any trace
+    (eager code) `mv` runs one compiled `mv`, compiled once per operator kind and
+    signature and reused, rather than dispatching the function operation by
+    operation; as with `jax.jit`, Python state the function reads is read when it
+    is first compiled.
 
     !!! Example
 
@@ -27,6 +32,10 @@ class Lazy(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
+        if current_scope() is None:
+            # Eager: the compiled `mv`, compiled once per operator kind and
+            # signature (op-by-op dispatch of an expensive function is slow).
+            return marked_mv(operator, vector)
         return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
 
 
