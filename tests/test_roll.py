@@ -254,9 +254,50 @@ def test_unrolled_loops_share_one_branch():
     x = jnp.ones(N)
     for f, branches in ((dependent, 2), (independent, 3)):
         jaxpr = jax.make_jaxpr(f)(x).jaxpr
-        (sites,) = marked_groups(jaxpr)
+        ((marked, sites),) = marked_groups(jaxpr)
+        assert marked
         assert len(sites) == 16
         plan = plan_roll(jaxpr, sites)
         assert len(plan.representatives) == branches
         assert plan.classes[1:-1] == (plan.classes[1],) * 14
         _close(lxd.jit(f)(x), jax.jit(lambda x: f(x))(x))
+
+
+@jax.jit
+def _user_function(x):
+    for i in range(40):
+        x = jnp.sin(x) * (1.0 + 0.001 * i)
+    return x
+
+
+def _nested_dependent(x):
+    for i in range(6):
+        x = _user_function(x) + 0.1 * i
+    return x
+
+
+def _nested_independent(x):
+    return sum(_user_function(x * (i + 1)) for i in range(6))
+
+
+def _tiny(x):
+    return jnp.cos(x)
+
+
+@pytest.mark.parametrize("program", [_nested_dependent, _nested_independent])
+def test_repeated_user_jit_functions_are_rolled(program):
+    """A `jax.jit` function of the user's called at several sites is rolled too:
+    the same results as `jax.jit` (under grad and vmap), one copy of its body."""
+    x = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(program)(x), jax.jit(program)(x))
+    loss = lambda x: program(x).sum()
+    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
+    xs = jnp.stack([x, 2 * x])
+    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
+    sines = lambda lowered: lowered.compile().as_text().count(" sine(")
+    assert sines(jax.jit(program).lower(x)) == 6 * 40
+    assert sines(lxd.jit(program).lower(x)) == 40
+    # A small function is left as it is.
+    small = jax.jit(_tiny)
+    f = lambda x: small(x) + small(2 * x)
+    _close(lxd.jit(f)(x), jax.jit(f)(x))

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ._marked import MARKED_NAME
@@ -13,9 +14,33 @@ from ._roll_plan import plan_roll
 from ._stack import plan_stack, stacked_function
 
 
-def marked_groups(jaxpr: Any) -> list[list[int]]:
-    """The top-level call sites of each marked computation in `jaxpr`, as lists of
-    equation indices (groups of two or more, largest first).
+# A repeated `jax.jit` function of the user's is rolled when its body is at least
+# this many equations (or holds a dot product): smaller ones compile in less time
+# than a loop saves.
+MIN_CALLEE_EQUATIONS = 32
+
+
+def _size(jaxpr: Any) -> tuple[int, bool]:
+    count, dots = 0, False
+    for eqn in jaxpr.eqns:
+        count += 1
+        dots = dots or eqn.primitive.name == "dot_general"
+        for sub in jex.jaxprs_in_params(eqn.params):
+            c, d = _size(sub)
+            count, dots = count + c, dots or d
+    return count, dots
+
+
+def _substantial(callee: Any) -> bool:
+    count, dots = _size(callee.jaxpr)
+    return dots or count >= MIN_CALLEE_EQUATIONS
+
+
+def marked_groups(jaxpr: Any) -> list[tuple[bool, list[int]]]:
+    """The top-level call sites of each repeated computation in `jaxpr`: the marked
+    calls of operators' `mv`s, and the user's `jax.jit` functions called at several
+    sites with a substantial body; as `(marked, equation indices)`, two or more
+    sites each, largest groups first.
 
     **Arguments:**
 
@@ -23,18 +48,24 @@ def marked_groups(jaxpr: Any) -> list[list[int]]:
 
     **Returns:**
 
-    A list of lists of indices into `jaxpr.eqns`.
+    A list of `(bool, list of indices into jaxpr.eqns)`.
     """
     groups: dict[int, list[int]] = {}
-    keep: dict[int, Any] = {}
+    marked: dict[int, bool] = {}
+    callees: dict[int, Any] = {}
     for index, eqn in enumerate(jaxpr.eqns):
-        if eqn.primitive.name != "jit" or eqn.params.get("name") != MARKED_NAME:
+        if eqn.primitive.name != "jit":
             continue
         callee = eqn.params["jaxpr"]
-        keep[id(callee)] = callee
+        callees[id(callee)] = callee
+        marked[id(callee)] = eqn.params.get("name") == MARKED_NAME
         groups.setdefault(id(callee), []).append(index)
-    found = [sites for sites in groups.values() if len(sites) >= 2]
-    return sorted(found, key=len, reverse=True)
+    found = [
+        (marked[key], sites)
+        for key, sites in groups.items()
+        if len(sites) >= 2 and (marked[key] or _substantial(callees[key]))
+    ]
+    return sorted(found, key=lambda group: len(group[1]), reverse=True)
 
 
 def roll_program(closed: Any) -> Callable | None:
@@ -54,10 +85,11 @@ def roll_program(closed: Any) -> Callable | None:
     in_avals = [v.aval for v in closed.jaxpr.invars]
     while True:
         rewrite, others = None, 0
-        for sites in marked_groups(closed.jaxpr):
+        for is_marked, sites in marked_groups(closed.jaxpr):
             if rewrite is None:
-                # Independent sites run together (stacked); any others, rolled.
-                stack = plan_stack(closed.jaxpr, sites)
+                # An operator's independent sites run together (stacked: a linear
+                # map batches well); any others, and the user's functions, rolled.
+                stack = plan_stack(closed.jaxpr, sites) if is_marked else None
                 if stack is not None:
                     rewrite = stacked_function(closed, stack)
                     continue
