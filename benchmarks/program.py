@@ -138,8 +138,47 @@ def eager(layers, n: int, calls: int = 5) -> dict:
     return out
 
 
+def nested(ks, repeats: int) -> dict:
+    """A `jax.jit` function reused at k sites (JAX's known case:
+    `jit(lambda x: sum(i * x for i in range(256)))`), under `jax.jit` and
+    `lxd.jit`."""
+    rows = {}
+    for variant in ("jax.jit", "lxd.jit"):
+        for k in ks:
+            trials = []
+            for _ in range(repeats):
+                # A new inner function each time: nothing cached carries over.
+                inner = jax.jit(lambda x: sum(i * x for i in range(256)))
+
+                def program(x, inner=inner):
+                    return sum(inner(x + j) for j in range(k))
+
+                x = jnp.ones(64, jnp.float32)
+                jitted = (jax.jit if variant == "jax.jit" else lxd.jit)(program)
+                lowered, lower_s = _common.timed(lambda: jitted.lower(x))
+                compiled, compile_s = _common.timed(lowered.compile)
+                _, first_s = _common.timed(lambda: jax.block_until_ready(compiled(x)))
+                run_s = statistics.median(
+                    [
+                        _common.timed(lambda: jax.block_until_ready(compiled(x)))[1]
+                        for _ in range(5)
+                    ]
+                )
+                total = lower_s + compile_s + max(first_s - run_s, 0.0)
+                trials.append((dict(compile_total_s=total, run_s=run_s), None))
+            timings, _ = _common.median_trial(trials, "compile_total_s")
+            rows[f"{variant} k={k}"] = timings
+            print("nested jit", variant, k, timings, flush=True)
+        base = rows[f"{variant} k={ks[0]}"]["compile_total_s"]
+        for k in ks:
+            rows[f"{variant} k={k}"]["compile_vs_k1"] = (
+                rows[f"{variant} k={k}"]["compile_total_s"] / base
+            )
+    return rows
+
+
 def run(cases, ks, repeats: int) -> dict:
-    results = {}
+    results = {"nested jit": nested(ks, repeats)}
     for n, depth in cases:
         keys = jax.random.split(jax.random.key(_common.SEED), 2 * depth)
         layers = random_layers(keys, n, depth)
@@ -190,7 +229,14 @@ def run(cases, ks, repeats: int) -> dict:
 
 
 def report(results: dict, ks) -> None:
+    print("\nnested jit (a jitted 256-term function at k sites)")
+    for name, row in results["nested jit"].items():
+        print(
+            f"    {name:22s} compile {row['compile_total_s']:.3f} s ({row['compile_vs_k1']:.2f}x k=1)"
+        )
     for case, by_pattern in results.items():
+        if case == "nested jit":
+            continue
         print(f"\n{case}")
         e = by_pattern["eager"]
         print(
@@ -216,7 +262,7 @@ def report(results: dict, ks) -> None:
 
 def plot(results: dict, ks, path: Path) -> None:
     plt = pyplot()
-    cases = list(results)
+    cases = [c for c in results if c != "nested jit"]
     fig, axes = plt.subplots(
         1, len(cases), figsize=(5.5 * len(cases), 4), squeeze=False
     )
