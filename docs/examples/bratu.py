@@ -74,12 +74,10 @@ def main():
     # linear solves also go through `AutoSolver`): d max(u) / d λ.
     n = 8
     linear_solver = lxd.AutoSolver(rtol=1e-10, atol=1e-10)
-    grad = jax.grad(lambda lam: solve(n, linear_solver, lam).value.max())(LAMBDA)
+    max_u = jax.jit(lambda lam: solve(n, linear_solver, lam).value.max())
+    grad = jax.jit(jax.grad(max_u))(LAMBDA)
     step = 1e-4
-    finite = (
-        solve(n, linear_solver, LAMBDA + step).value.max()
-        - solve(n, linear_solver, LAMBDA - step).value.max()
-    ) / (2 * step)
+    finite = (max_u(LAMBDA + step) - max_u(LAMBDA - step)) / (2 * step)
     print(
         f"d max(u) / d lambda = {float(grad):.5f} (finite difference {float(finite):.5f})"
     )

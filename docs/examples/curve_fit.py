@@ -2,7 +2,7 @@
 
 Fit a damped oscillation `a exp(-b t) cos(c t + d) + e` to 400 noisy samples. Each
 Gauss-Newton step solves a 400 x 5 least-squares problem with the Jacobian of the
-residuals. `lxd.AutoSolver(well_posed=False)` factorises it (QR) when that is
+residuals. `lxd.AutoSolver(well_posed=False)` factorises it (SVD) when that is
 cheaper, as here; `lxd.PolicySolver(lxd.Normal(lxd.CG(...)), lxd.Auto())` solves
 the normal equations matrix-free with one Jacobian and one transposed-Jacobian
 product in the compiled loop. Both give optimistix's answer, its derivatives with
@@ -44,7 +44,11 @@ def main():
     t = jnp.linspace(0.0, 10.0, 400)
     noise = 0.02 * jax.random.normal(jax.random.key(0), t.shape)
     y = model(TRUE, t) + noise
-    reference = jax.jit(lambda y: fit(y, t, None))(y)  # optimistix's default (QR)
+    ys = y + 0.01 * jax.random.normal(jax.random.key(1), (8, t.size))
+    # optimistix's default linear solver (QR): its fit, derivatives and batch.
+    reference = jax.jit(lambda y: fit(y, t, None))(y)
+    expected = jax.jit(jax.jacrev(lambda y: fit(y, t, None)))(y)
+    expected_batch = jax.jit(jax.vmap(lambda y: fit(y, t, None)))(ys)
     solvers = {
         "AutoSolver": lxd.AutoSolver(rtol=1e-12, atol=1e-12, well_posed=False),
         "Normal(CG), Auto": lxd.PolicySolver(
@@ -62,11 +66,9 @@ def main():
 
         # Sensitivity of the fitted parameters to each sample, and many data sets.
         sensitivity = jax.jit(jax.jacrev(lambda y: fit(y, t, linear_solver)))(y)
-        expected = jax.jacrev(lambda y: fit(y, t, None))(y)
         assert jnp.allclose(sensitivity, expected, rtol=1e-5, atol=1e-9)
-        ys = y + 0.01 * jax.random.normal(jax.random.key(1), (8, t.size))
         batch = jax.jit(jax.vmap(lambda y: fit(y, t, linear_solver)))(ys)
-        assert jnp.allclose(batch, jax.vmap(lambda y: fit(y, t, None))(ys), atol=1e-7)
+        assert jnp.allclose(batch, expected_batch, atol=1e-7)
         print(
             f"{'':>17}  d p / d y: {sensitivity.shape}, 8 data sets fitted: "
             f"amplitude {batch[:, 0].min():.3f}..{batch[:, 0].max():.3f}"

@@ -35,7 +35,7 @@ def heat_step(x: jax.Array) -> jax.Array:
 def main():
     structure = jax.ShapeDtypeStruct((N,), jnp.float64)
     tags = frozenset({lx.symmetric_tag, lx.positive_semidefinite_tag})
-    operator = lxd.FunctionLinearOperator(heat_step, structure, tags)
+    operator = lxd.FunctionLinearOperator(heat_step, structure, tags, policy=lxd.Auto())
     bs = jax.random.normal(jax.random.key(0), (BATCH, N))
     decision = operator.policy.decision(operator, batch=BATCH)
     print(f"Auto for a batch of {BATCH}: {decision.strategy}: {decision.reasons[-1]}")

@@ -180,6 +180,15 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     program, whatever its number of call sites. Operators with a fixed policy are
     untouched, and the results are those of `jax.jit(fun)`.
 
+    Then the traced program is rewritten: the call sites of each
+    [`lineax_dispatch.Roll`][] operator, and of each `jax.jit` function of the
+    user's with a substantial body called at several sites, become one
+    computation: stacked into one `vmap`ped call where an operator's sites are
+    independent of each other, else rolled into one `lax.scan` body (the code
+    between calls run as the branches of a `lax.switch`, steps equal up to
+    literals sharing one). The rewrite replaces the traced program, so the user's
+    function is not traced again.
+
     **Arguments:**
 
     - `fun`: the function to compile. Its arguments are read as
