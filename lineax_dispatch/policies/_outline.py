@@ -27,19 +27,40 @@ class _ScopedMv(eqx.Module):
 class _AbstractMv(eqx.Module):
     """Shape-only evaluation of an outlined `mv`: the operator's output structure,
     without running its function (which `noinline` would otherwise trace once per
-    callee just for shapes)."""
+    callee just for shapes).
+
+    `noinline` also evaluates this under its transformations (JVP, transpose,
+    vmap) for the shapes of the transformed call, so the zeros it returns are
+    scaled by a form linear in the vector and in the operator's arrays separately
+    (as `mv` is): a tangent or cotangent through either is then an array, not a
+    symbolic zero that would drop the transformed output.
+    """
 
     leaves: tuple = eqx.field(static=True)
     treedef: Any = eqx.field(static=True)
 
     def __init__(self, structure: PyTree[jax.ShapeDtypeStruct]):
-        self.leaves, self.treedef = jtu.tree_flatten(structure)
-        self.leaves = tuple(self.leaves)
+        leaves, self.treedef = jtu.tree_flatten(structure)
+        self.leaves = tuple(leaves)
 
     def __call__(self, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
-        del dynamic, vector
-        zeros = [jnp.zeros(s.shape, s.dtype) for s in self.leaves]
-        return jtu.tree_unflatten(self.treedef, zeros)
+        def total(tree):
+            parts = [
+                jnp.sum(x) for x in jtu.tree_leaves(tree) if eqx.is_inexact_array(x)
+            ]
+            return sum(parts[1:], parts[0]) if parts else None
+
+        factors = [f for f in (total(vector), total(dynamic)) if f is not None]
+
+        def zeros(s):
+            out = jnp.zeros(s.shape, s.dtype)
+            for factor in factors:
+                if not jnp.issubdtype(s.dtype, jnp.complexfloating):
+                    factor = jnp.real(factor)
+                out = out * factor.astype(s.dtype)
+            return out
+
+        return jtu.tree_unflatten(self.treedef, [zeros(s) for s in self.leaves])
 
 
 class Outline(AbstractPolicy):
