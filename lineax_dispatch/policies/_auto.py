@@ -8,7 +8,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._budget import default_memory_budget, parse_memory_budget
+from ._budget import parse_memory_budget, resolve_budget
 from ._decide import CostModel, decide, Decision
 from ._dense import dense_matrix, dense_mv
 from ._lazy import Lazy
@@ -89,9 +89,7 @@ class Auto(AbstractPolicy):
 
         An int.
         """
-        if self.memory_budget is None:
-            return default_memory_budget()
-        return self.memory_budget
+        return resolve_budget(self.memory_budget)
 
     def decision(
         self,

@@ -111,6 +111,13 @@ def default_memory_budget(device: jax.Device | None = None) -> int:
     return int(DEFAULT_FRACTION * free_memory(device))
 
 
+def resolve_budget(memory_budget: int | None) -> int:
+    """A parsed `memory_budget` in bytes, or, for `None`, `DEFAULT_FRACTION` of the
+    free memory of the default device, read now (shared by `Auto` and
+    `Materialise`)."""
+    return default_memory_budget() if memory_budget is None else memory_budget
+
+
 def format_bytes(n: float) -> str:
     """`1536000` -> `'1.5 MB'`."""
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):

@@ -7,7 +7,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._budget import default_memory_budget, parse_memory_budget
+from ._budget import parse_memory_budget, resolve_budget
 from ._dense import check_batch_size, dense_matrix, dense_mv, EXPLICIT_OPERATORS
 from ._guard import check_dense_budget
 
@@ -49,9 +49,7 @@ class Materialise(AbstractPolicy):
 
         An int.
         """
-        if self.memory_budget is None:
-            return default_memory_budget()
-        return self.memory_budget
+        return resolve_budget(self.memory_budget)
 
     def check_memory(self, operator: lx.AbstractLinearOperator) -> None:
         """Raises a `ValueError` if materialising `operator` exceeds the budget.

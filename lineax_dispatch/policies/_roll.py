@@ -54,6 +54,16 @@ def eval_eqns(eqns: Sequence[Any], env: dict, literal: Callable | None = None) -
                 env[var] = value
 
 
+def prologue(closed: Any, inputs: Sequence[Any], stop: int) -> dict:
+    """The environment after running the equations of `closed` before index
+    `stop` on `inputs` (its constants and inputs bound first)."""
+    jaxpr = closed.jaxpr
+    env: dict = dict(zip(jaxpr.constvars, closed.consts))
+    env.update(zip(jaxpr.invars, inputs))
+    eval_eqns(jaxpr.eqns[:stop], env)
+    return env
+
+
 def _as_aval(value: Any, aval: Any) -> Any:
     """`value` with exactly `aval`'s dtype and no weak type, so that a loop carry
     has one type whatever branch wrote it."""
@@ -73,7 +83,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
 
     A function `(*inputs) -> list of outputs`.
     """
-    jaxpr, consts = closed.jaxpr, closed.consts
+    jaxpr = closed.jaxpr
     eqns = jaxpr.eqns
     sites, varying = plan.sites, plan.varying
     k = len(sites)
@@ -87,9 +97,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         return v.val if _is_literal(v) else env[v]
 
     def run(*inputs):
-        env: dict = dict(zip(jaxpr.constvars, consts))
-        env.update(zip(jaxpr.invars, inputs))
-        eval_eqns(eqns[: sites[0]], env)
+        env = prologue(closed, inputs, sites[0])
         outer = dict(env)  # closed over by the loop: never carried
         args0 = [
             _as_aval(read(env, call.invars[p]), call.invars[p].aval) for p in varying

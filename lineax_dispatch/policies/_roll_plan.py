@@ -193,6 +193,30 @@ def _compare(jaxpr, plan_bits, r: int, j: int) -> dict | None:
     return literals
 
 
+def call_group(jaxpr: Any, sites: Sequence[int]) -> tuple | None:
+    """`(sites, calls, varying)` for the calls at `sites` (sorted; their equations;
+    the positions of their inputs that differ between calls), or `None` when there
+    are fewer than two, or their avals differ, or a varying input or an output is
+    not a plain array. Shared by rolling and stacking."""
+    sites = tuple(sorted(sites))
+    if len(sites) < 2:
+        return None
+    calls = [jaxpr.eqns[i] for i in sites]
+    first = calls[0]
+    if any([v.aval for v in c.invars] != [v.aval for v in first.invars] for c in calls):
+        return None
+    varying = tuple(
+        p
+        for p in range(len(first.invars))
+        if not all(_same_input(c.invars[p], first.invars[p]) for c in calls[1:])
+    )
+    if not all(_plain_aval(first.invars[p].aval) for p in varying):
+        return None
+    if not all(_plain_aval(v.aval) for v in first.outvars):
+        return None
+    return sites, calls, varying
+
+
 def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
     """The plan for rolling the calls at `sites` of `jaxpr` (a top-level `Jaxpr`),
     or `None` when they cannot be rolled (fewer than two, different avals, or a
@@ -207,24 +231,11 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
 
     A `RollPlan`, or `None`.
     """
-    sites = tuple(sorted(sites))
-    if len(sites) < 2:
+    group = call_group(jaxpr, sites)
+    if group is None:
         return None
+    sites, _, varying = group
     eqns = jaxpr.eqns
-    calls = [eqns[i] for i in sites]
-    first = calls[0]
-    for eqn in calls[1:]:
-        if [v.aval for v in eqn.invars] != [v.aval for v in first.invars]:
-            return None
-    varying = tuple(
-        p
-        for p in range(len(first.invars))
-        if not all(_same_input(c.invars[p], first.invars[p]) for c in calls[1:])
-    )
-    if not all(_plain_aval(first.invars[p].aval) for p in varying):
-        return None
-    if not all(_plain_aval(v.aval) for v in first.outvars):
-        return None
     layouts = _layouts(jaxpr, sites, varying)
     if layouts is None:
         return None

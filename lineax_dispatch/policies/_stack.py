@@ -11,8 +11,8 @@ import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 
-from ._roll import eval_eqns
-from ._roll_plan import _is_literal, _plain_aval, _same_input
+from ._roll import eval_eqns, prologue
+from ._roll_plan import _is_literal, call_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,21 +48,11 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
 
     A `StackPlan`, or `None`.
     """
-    sites = tuple(sorted(sites))
-    if len(sites) < 2:
+    group = call_group(jaxpr, sites)
+    if group is None or not group[2]:
         return None
+    sites, _, varying = group
     eqns = jaxpr.eqns
-    calls = [eqns[i] for i in sites]
-    first = calls[0]
-    if any([v.aval for v in c.invars] != [v.aval for v in first.invars] for c in calls):
-        return None
-    varying = tuple(
-        p
-        for p in range(len(first.invars))
-        if not all(_same_input(c.invars[p], first.invars[p]) for c in calls[1:])
-    )
-    if not varying or not all(_plain_aval(first.invars[p].aval) for p in varying):
-        return None
     site_set = set(sites)
     tainted: set = set()
     before, after = [], []
@@ -100,7 +90,7 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
 
     A function `(*inputs) -> list of outputs`.
     """
-    jaxpr, consts = closed.jaxpr, closed.consts
+    jaxpr = closed.jaxpr
     eqns = jaxpr.eqns
     sites, varying = plan.sites, plan.varying
     calls = [eqns[i] for i in sites]
@@ -110,9 +100,7 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
         return v.val if _is_literal(v) else env[v]
 
     def run(*inputs):
-        env: dict = dict(zip(jaxpr.constvars, consts))
-        env.update(zip(jaxpr.invars, inputs))
-        eval_eqns(eqns[: sites[0]], env)
+        env = prologue(closed, inputs, sites[0])
         eval_eqns([eqns[i] for i in plan.before], env)
         stacked = [
             jnp.stack([jnp.asarray(read(env, c.invars[p])) for c in calls])
