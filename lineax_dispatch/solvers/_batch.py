@@ -9,8 +9,6 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
-import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, PyTree
 
 from ..operators import (
@@ -31,6 +29,7 @@ from ..policies import (
 )
 from ..policies._dense import check_batch_size
 from ..policies._guard import policy_in_force
+from ._batch_chunks import as_mesh, sharded, with_progress, without_explicit_axes
 from ._prepare import _single_array, _tags, expected_iterations
 
 
@@ -75,25 +74,6 @@ def check_vectors(
     if batch == 0:
         raise ValueError(message + " (an empty batch).")
     return batch
-
-
-def _without_explicit_axes(x: Any) -> Any:
-    """A concrete array sharded over a mesh with explicit axes, moved to the same
-    devices and partition with automatic axes: lineax's structure check rejects
-    vectors whose type carries an explicit sharding, and a sharding annotation is
-    not a mismatch here."""
-    sharding = getattr(x, "sharding", None)
-    if isinstance(x, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
-        return x
-    mesh = sharding.mesh
-    if all(t != jax.sharding.AxisType.Explicit for t in mesh.axis_types):
-        return x
-    auto = jax.sharding.Mesh(
-        mesh.devices,
-        mesh.axis_names,
-        axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names),
-    )
-    return jax.device_put(x, NamedSharding(auto, sharding.spec))
 
 
 def _resolve_policy(
@@ -256,17 +236,35 @@ def batch_solve(
         )
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
-    vectors = jtu.tree_map(_without_explicit_axes, vectors)
+    vectors = jtu.tree_map(without_explicit_axes, vectors)
     options = {} if options is None else options
     if mesh is not None:
-        mesh = _as_mesh(mesh)
+        mesh = as_mesh(mesh)
     if progress:
-        return _with_progress(
-            operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
+        return with_progress(
+            _batch_solve_jit,
+            operator,
+            vectors,
+            solver,
+            batch,
+            policy,
+            options,
+            throw,
+            batch_size,
+            mesh,
         )
     if mesh is not None:
-        return _sharded(
-            operator, vectors, solver, batch, policy, options, throw, batch_size, mesh
+        return sharded(
+            _batch_solve_jit,
+            operator,
+            vectors,
+            solver,
+            batch,
+            policy,
+            options,
+            throw,
+            batch_size,
+            mesh,
         )
     return _batch_solve_jit(
         operator, vectors, solver, policy, options, throw, batch_size
@@ -322,92 +320,3 @@ def _check_operator(operator: Any, where: str) -> None:
             f"`operator` of `lxd.{where}` must be a lineax AbstractLinearOperator "
             f"(e.g. `lxd.MatrixLinearOperator(matrix)`); got {type(operator).__name__}."
         )
-
-
-def _as_mesh(mesh: Any) -> jax.sharding.Mesh:
-    if isinstance(mesh, jax.sharding.Mesh):
-        return mesh
-    if isinstance(mesh, jax.Device):
-        mesh = [mesh]
-    try:
-        devices = list(mesh)
-    except TypeError:
-        devices = []
-    if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise ValueError(
-            "`mesh` must be a `jax.sharding.Mesh` or a non-empty list of devices; "
-            f"got {mesh!r}."
-        )
-    return jax.sharding.Mesh(
-        np.array(devices), ("batch",), axis_types=(jax.sharding.AxisType.Auto,)
-    )
-
-
-def _sharded(operator, vectors, solver, batch, policy, options, throw, size, mesh):
-    """`batch_solve` with the right-hand sides sharded over `mesh`'s first axis."""
-    mesh = _as_mesh(mesh)
-    axis = mesh.axis_names[0]
-    shards = mesh.shape[axis]
-    padded = -(-batch // shards) * shards
-    sharding = NamedSharding(mesh, PartitionSpec(axis))
-    replicated = NamedSharding(mesh, PartitionSpec())
-
-    def pad(x):
-        extra = jnp.broadcast_to(x[:1], (padded - batch,) + x.shape[1:])
-        return lax.with_sharding_constraint(jnp.concatenate([x, extra]), sharding)
-
-    vectors = jtu.tree_map(pad, vectors)
-    dynamic, static = eqx.partition(operator, eqx.is_array)
-    dynamic = jtu.tree_map(
-        lambda x: lax.with_sharding_constraint(x, replicated), dynamic
-    )
-    operator = eqx.combine(dynamic, static)
-    sol = _batch_solve_jit(operator, vectors, solver, policy, options, throw, size)
-    return jtu.tree_map(
-        lambda x: x[:batch] if eqx.is_array(x) and x.shape[:1] == (padded,) else x,
-        sol,
-    )
-
-
-def _with_progress(
-    operator, vectors, solver, batch, policy, options, throw, size, mesh
-):
-    """`batch_solve` chunk by chunk from Python, with a tqdm progress bar."""
-    if any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(vectors)):
-        raise ValueError(
-            "`progress=True` needs `batch_solve` to be called from Python, not under "
-            "`jit`, `vmap` or `grad` (got traced `vectors`)."
-        )
-    from tqdm.auto import tqdm
-
-    size = batch if size is None else size
-
-    pieces = []
-    with tqdm(total=batch, desc="batch_solve", unit="rhs") as bar:
-        for start in range(0, batch, size):
-            chunk = jtu.tree_map(lambda x: x[start : start + size], vectors)
-            if mesh is None:
-                piece = _batch_solve_jit(
-                    operator, chunk, solver, policy, options, throw, None
-                )
-            else:
-                count = min(size, batch - start)
-                piece = _sharded(
-                    operator, chunk, solver, count, policy, options, throw, None, mesh
-                )
-            pieces.append(piece)
-            bar.update(min(size, batch - start))
-    # Every chunk made the same solver state (`init` of the same operator): keep one.
-    return lx.Solution(
-        value=jtu.tree_map(lambda *xs: jnp.concatenate(xs), *[p.value for p in pieces]),
-        result=jtu.tree_map(
-            lambda *xs: jnp.concatenate(xs), *[p.result for p in pieces]
-        ),
-        stats=jtu.tree_map(
-            lambda *xs: (
-                jnp.concatenate(xs) if eqx.is_array(xs[0]) and xs[0].ndim else xs[0]
-            ),
-            *[p.stats for p in pieces],
-        ),
-        state=pieces[0].state,
-    )
