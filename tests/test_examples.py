@@ -1,17 +1,37 @@
 """The worked examples of `docs/examples/` run to completion (each checks its own
-answers against optimistix's or lineax's and raises if they differ)."""
+answers against optimistix's or lineax's and raises if they differ).
+
+They run one after another in a single subprocess (one start of Python and jax,
+not one each), each as `python docs/examples/NAME.py` would run it."""
 
 import os
 import pathlib
 import subprocess
 import sys
 
-import pytest
-
 
 EXAMPLES = sorted(
     (pathlib.Path(__file__).parent.parent / "docs" / "examples").glob("*.py")
 )
+
+_MARK = "===== example: "
+
+# Runs each path given as `__main__`, with a marker line before its output; a
+# failing example prints its traceback, the others still run, and the exit
+# status is 1 if any failed.
+_DRIVER = f"""
+import runpy, sys, traceback
+failed = []
+for path in sys.argv[1:]:
+    print({_MARK!r} + path, flush=True)
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except BaseException:
+        traceback.print_exc(file=sys.stdout)
+        failed.append(path)
+    sys.stdout.flush()
+sys.exit(1 if failed else 0)
+"""
 
 
 def test_there_are_examples():
@@ -19,15 +39,20 @@ def test_there_are_examples():
     assert {"bratu.py", "curve_fit.py", "many_rhs.py"} <= names
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
-def test_example_runs(path):
+def test_examples_run():
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, str(path)],
+        [sys.executable, "-c", _DRIVER, *map(str, EXAMPLES)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         env=env,
     )
+    outputs = {}
+    for section in done.stdout.split(_MARK)[1:]:
+        path, _, output = section.partition("\n")
+        outputs[path] = output
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip(), "the example printed nothing"
+    for path in EXAMPLES:
+        assert str(path) in outputs, f"{path.name} did not run:\n{done.stderr}"
+        assert outputs[str(path)].strip(), f"{path.name} printed nothing"
