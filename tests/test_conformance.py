@@ -2,7 +2,6 @@
 structures, tags, solves; under jit, vmap and grad; float32, float64, complex."""
 
 import functools as ft
-import gc
 
 import equinox as eqx
 import jax
@@ -13,18 +12,6 @@ import pytest
 import lineax_dispatch as lxd
 
 from .zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
-
-
-@pytest.fixture(autouse=True)
-def _gc_scans_only_this_test():
-    """`jax.checking_leaks` runs a full `gc.collect()` after each trace it checks,
-    whose cost grows with all that the session keeps alive (compiled functions,
-    caches): most of these tests' time, late in a session. Freezing that for the
-    test leaves the collections, and the leak checker's search for tracers, to
-    the objects the test creates (among them any leaked tracer)."""
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 PREDICATES = [
