@@ -44,6 +44,7 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python benchmarks/auto.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python benchmarks/batch.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python benchmarks/autosolver.py $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python benchmarks/program.py $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache site
