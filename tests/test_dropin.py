@@ -10,21 +10,13 @@ import pytest
 
 import lineax_dispatch as lxd
 
-
-N = 4
-_STRUCTURE = jax.ShapeDtypeStruct((N,), jnp.float64)
-_PSD = (lx.positive_semidefinite_tag, lx.symmetric_tag)
-
-
-def _matrix(bad=None):
-    a = 3.0 * jnp.eye(N) + 0.1
-    return a if bad is None else a.at[1, 1].set(bad)
-
-
-def _function_operator(a, policy=None, tags=_PSD):
-    return lxd.FunctionLinearOperator(
-        lambda x: a @ x, _STRUCTURE, tags, policy=policy or lxd.Lazy()
-    )
+from .small_operators import (
+    function_operator as _function_operator,
+    matrix as _matrix,
+    N,
+    PSD as _PSD,
+    STRUCTURE as _STRUCTURE,
+)
 
 
 # 4. `lxd.jit` takes operators (arrays traced, the rest static).

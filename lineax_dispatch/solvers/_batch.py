@@ -240,21 +240,9 @@ def batch_solve(
     options = {} if options is None else options
     if mesh is not None:
         mesh = as_mesh(mesh)
-    if progress:
-        return with_progress(
-            _batch_solve_jit,
-            operator,
-            vectors,
-            solver,
-            batch,
-            policy,
-            options,
-            throw,
-            batch_size,
-            mesh,
-        )
-    if mesh is not None:
-        return sharded(
+    if progress or mesh is not None:
+        path = with_progress if progress else sharded
+        return path(
             _batch_solve_jit,
             operator,
             vectors,
