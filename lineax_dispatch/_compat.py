@@ -51,3 +51,23 @@ def bind_equation(eqn: Any, invals: list) -> list:
     ):
         out = eqn.primitive.bind(*invals, **params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def traceback_frames(eqn: Any) -> list[tuple[str, int]]:
+    """The frames of the traceback recorded with a jaxpr equation, outermost first,
+    as `(file name, line)`, without JAX's own frames.
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+
+    **Returns:**
+
+    A list of `(str, int)`.
+    """
+    traceback = eqn.source_info.traceback
+    if traceback is None:
+        return []
+    frames = list(_source_info.user_frames(traceback))
+    # `user_frames` yields the innermost first.
+    return [(frame.file_name, frame.start_line) for frame in reversed(frames)]

@@ -225,19 +225,21 @@ _MATERIALISE_MODEL = lxd.CostModel(compile_per_dot=10.0, outline_site=100.0)
 
 
 def test_jit_matches_jax_jit_and_builds_once(monkeypatch):
+    import lineax_dispatch.policies._rewrite as rewrite_module
+
     fn, s = _chain()
     op = lxd.FunctionLinearOperator(
         fn, s, policy=lxd.Auto(cost_model=_MATERIALISE_MODEL)
     )
     fixed = lxd.FunctionLinearOperator(fn, s, policy=lxd.Materialise())
     builds = []
-    original = auto_module.dense_matrix
+    original = rewrite_module.materialised_function
 
     def counting(*args, **kwargs):
         builds.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(auto_module, "dense_matrix", counting)
+    monkeypatch.setattr(rewrite_module, "materialised_function", counting)
 
     def make(op):
         def f(x):
@@ -298,8 +300,11 @@ def test_explain_table_and_operator():
         assert header in text
     assert "FunctionLinearOperator" in text and "32x32" in text
     assert "traced at" in text
-    # An operator on its own: the call sites observed so far for its kind.
-    assert lxd.explain(op).rows[0].call_sites == 2
+    # An operator on its own: its decision at one call site, whatever was traced
+    # before (no hidden state).
+    (alone,) = lxd.explain(op).rows
+    assert alone.call_sites == 1
+    assert alone.decision == op.policy.decision(op)
     fresh = lxd.FunctionLinearOperator(*_chain(n=8), policy=lxd.Auto())
     (row,) = lxd.explain(fresh).rows
     assert row.call_sites == 1 and row.decision.strategy == "Lazy"

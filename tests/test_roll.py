@@ -238,7 +238,8 @@ def test_unrolled_loops_share_one_branch():
     """A Python-unrolled loop becomes a plain loop: steps equal up to literals
     share a branch (the first and the last step may differ: the first reads no
     carried value, the last computes no next input)."""
-    from lineax_dispatch.policies._rewrite import marked_groups
+    from lineax_dispatch.policies._marked import MARKED_NAME
+    from lineax_dispatch.policies._program import find_groups
     from lineax_dispatch.policies._roll_plan import plan_roll
 
     op = _operators(lxd.Roll())[0]
@@ -254,8 +255,9 @@ def test_unrolled_loops_share_one_branch():
     x = jnp.ones(N)
     for f, branches in ((dependent, 2), (independent, 3)):
         jaxpr = jax.make_jaxpr(f)(x).jaxpr
-        ((marked, sites),) = marked_groups(jaxpr)
-        assert marked
+        (group,) = find_groups(jaxpr).values()
+        assert group.name == MARKED_NAME
+        sites = group.sites
         assert len(sites) == 16
         plan = plan_roll(jaxpr, sites)
         assert len(plan.representatives) == branches

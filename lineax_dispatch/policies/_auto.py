@@ -1,55 +1,51 @@
-"""The `Auto` policy: observes the operator and its use, then decides."""
+"""The `Auto` policy: decides from the operator and the program it is used in."""
 
 from typing import Any
 
-import equinox as eqx
-import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._budget import parse_memory_budget, resolve_budget
 from ._decide import CostModel, decide, Decision
-from ._dense import dense_matrix, dense_mv
-from ._lazy import Lazy
 from ._marked import current_scope, marked_mv
-from ._materialise import Materialise
 from ._observation import observe
-from ._outline import Outline
-from ._registry import (
-    at_top_trace,
-    current_executions,
-    current_session,
-    history,
-    operator_key,
-    record_call,
-)
+from ._registry import current_executions, current_session, operator_key
 
 
 class Auto(AbstractPolicy):
-    """Chooses, per operator, the cheapest way to apply it: `Lazy`, `Outline` or
-    `Materialise` for single `mv`s (and `VmapBatch` or `Scan` for stacks of
-    vectors), from its size, the memory budget, the number of call sites observed
-    and the cost of one `mv`.
+    """Chooses, per operator, the cheapest way to apply it: `Lazy`, `Roll`,
+    `Materialise` or `Outline` for single `mv`s (and `VmapBatch` or `Scan` for
+    stacks of vectors), from its size, the memory budget, the call sites in the
+    program and the cost of one `mv`, minimising compile time plus `runs` times
+    the run time.
 
-    - Under [`lineax_dispatch.jit`][] the whole program is traced once to count the
-        call sites of each operator, then decided and traced for real; a
-        materialised matrix is then built once per compiled program.
-    - Outside it, Auto uses the call sites that earlier `lxd.jit` traces observed
-        for an operator of the same kind, or one.
+    - Under [`lineax_dispatch.jit`][] the program is traced once; its call sites of
+        each operator kind are read from the traced program (with the executions of
+        enclosing loops), decided there, and the program is rewritten: sites
+        rolled into one loop body, or one matrix built for the whole program, or
+        left inline.
     - The solvers of this package (and [`lineax_dispatch.PolicySolver`][]) decide
-        once per solve, counting the solver's expected iterations as executions.
+        once per solve, in `init`, counting the solver's expected iterations as
+        executions.
+    - Under a plain `jax.jit`, `mv` is applied as lineax does (inline); eagerly,
+        through the operator's compiled `mv`, compiled once per operator kind and
+        signature.
+
+    A decision depends only on the program being compiled, the operator, the
+    budget and the cost model: never on earlier calls.
 
     Ask for it with `policy=lxd.Auto()` (the default policy is `Lazy()` until
-    program-level dispatch makes Auto cheap enough to be the default). See [`lineax_dispatch.explain`][]
-    for the decisions and their reasons.
+    program-level dispatch makes Auto cheap enough to be the default). See
+    [`lineax_dispatch.explain`][] for the decisions and their reasons.
 
     !!! Example
 
         ```python
         structure = jax.ShapeDtypeStruct((64,), jnp.float32)
         op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto("2GB"))
-        f = lxd.jit(lambda x: op.mv(op.mv(x)) + op.mv(x))  # counts 3 call sites
+        f = lxd.jit(lambda x: op.mv(op.mv(x)) + op.mv(x))  # reads 3 call sites
         y = f(jnp.ones(64, jnp.float32))
         print(lxd.explain(f, jnp.ones(64, jnp.float32)))
         ```
@@ -57,9 +53,13 @@ class Auto(AbstractPolicy):
 
     memory_budget: int | None = None
     cost_model: CostModel = CostModel()
+    runs: float = 100.0
 
     def __init__(
-        self, memory_budget: int | float | str | None = None, cost_model=CostModel()
+        self,
+        memory_budget: int | float | str | None = None,
+        cost_model=CostModel(),
+        runs: int | float = 100,
     ):
         """**Arguments:**
 
@@ -70,6 +70,9 @@ class Auto(AbstractPolicy):
             where the device does not report it), read at decision time.
         - `cost_model`: a [`lineax_dispatch.CostModel`][], the machine constants of
             the decision rule.
+        - `runs`: how many times a compiled program is expected to run: decisions
+            minimise compile time plus `runs` times the run time. `100` by default;
+            `1` for a program run once.
         """
         self.memory_budget = (
             None if memory_budget is None else parse_memory_budget(memory_budget)
@@ -80,6 +83,7 @@ class Auto(AbstractPolicy):
                 f"{type(cost_model).__name__}."
             )
         self.cost_model = cost_model
+        self.runs = check_positive_real(runs, "Auto(runs=...)")
 
     def budget(self) -> int:
         """The memory budget in bytes: `memory_budget` if one was given, else half of
@@ -95,34 +99,33 @@ class Auto(AbstractPolicy):
         self,
         operator: lx.AbstractLinearOperator,
         *,
-        call_sites: int | None = None,
+        call_sites: int = 1,
         executions: float | None = None,
         batch: int = 1,
         solves: int = 0,
+        rollable: bool = False,
         key: Any = None,
+        cost: dict[str, Any] | None = None,
     ) -> Decision:
-        """The decision for `operator` with the given (or observed) use.
+        """The decision for `operator` with the given use.
 
         **Arguments:**
 
         - `operator`: the operator.
-        - `call_sites`: copies of `mv` in the program; `None` uses what earlier
-            `lxd.jit` traces observed for this kind of operator, else 1.
-        - `executions`: expected executions of `mv` per run; `None` uses the
-            current solver's expectation, else 1.
+        - `call_sites`: copies of `mv` in the program.
+        - `executions`: expected executions of `mv` per run of the program; `None`
+            uses the current solver's expectation, else 1.
         - `batch`: vectors per application.
         - `solves`: how many of the call sites are solves.
-        - `key`: the operator's kind key (computed when `None`).
+        - `rollable`: whether the call sites can be rolled into one loop body.
+        - `key`: the operator's kind key, for the cache of cost analyses.
+        - `cost`: the cost of one `mv` if already known (see
+            [`lineax_dispatch.observe`][]).
 
         **Returns:**
 
         A [`lineax_dispatch.Decision`][].
         """
-        if key is None:
-            key = operator_key(operator)
-        if call_sites is None:
-            seen = history().get(key)
-            call_sites = 1 if seen is None else seen.call_sites
         if executions is None:
             executions = current_executions()
         observation = observe(
@@ -132,7 +135,10 @@ class Auto(AbstractPolicy):
             executions=executions,
             batch=batch,
             solves=solves,
+            runs=self.runs,
+            rollable=rollable,
             key=key,
+            cost=cost,
         )
         return decide(observation, self.cost_model)
 
@@ -143,42 +149,11 @@ class Auto(AbstractPolicy):
             # Eager: no program to decide for; the compiled `mv`, compiled once
             # per operator kind and signature, with no decision work.
             return marked_mv(operator, vector)
-        key = operator_key(operator)
-        record_call(operator, key)
         active = current_session()
-        if active is not None and active.observing:
-            # The observing trace of `lxd.jit`: inline, only count.
-            return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
-        if active is not None and key in active.decisions:
-            decision = active.decisions[key]
-        else:
-            decision = self.decision(operator, key=key)
-        policy = decision.policy
-        if isinstance(policy, Materialise):
-            if active is not None and at_top_trace():
-                return _build_once(active, key, operator, policy, vector)
-            if current_executions() > 1 or active is not None:
-                # Inside a loop or a nested trace a matrix would be rebuilt at
-                # every execution: take the best strategy that does not build one.
-                policy = _without_materialise(decision)
-        return policy.mv(operator, vector)
-
-
-def _build_once(active, key, operator, policy: Materialise, vector):
-    dynamic = eqx.filter(operator, eqx.is_array)
-    leaves = jtu.tree_leaves(dynamic)
-    cache_key = (key, tuple(id(x) for x in leaves))
-    entry = active.matrices.get(cache_key)
-    if entry is None:
-        matrix = dense_matrix(operator, policy.batch_size)
-        # Keep the leaves alive so that their ids stay theirs.
-        active.matrices[cache_key] = entry = (matrix, leaves)
-    return dense_mv(entry[0], vector, operator.out_structure())
-
-
-def _without_materialise(decision: Decision) -> AbstractPolicy:
-    totals = {name: t for name, t in decision.estimates if t is not None}
-    lazy, outline = totals.get("Lazy"), totals.get("Outline")
-    if lazy is not None and outline is not None and outline < lazy:
-        return Outline()
-    return Lazy()
+        if active is not None:
+            # Traced by `lxd.jit`: a marked call of this operator kind's own, which
+            # `lxd.jit` finds in the traced program, decides for and rewrites.
+            record = active.record(operator, operator_key(operator))
+            return marked_mv(operator, vector, record.call)
+        # Under a plain `jax.jit`: lineax's behaviour.
+        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]

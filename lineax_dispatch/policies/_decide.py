@@ -1,8 +1,9 @@
 """The decision rule: `decide(observation) -> Decision`, one pure function.
 
 It estimates, for each strategy, the time to compile the program's copies of `mv`
-plus the time to run the expected executions, and picks the cheapest that fits the
-memory budget. The constants are in `CostModel` (defaults measured on a 2-core
+plus `runs` times the time one run of the program spends in them (the compiled
+program runs many times: `Auto(runs=100)` by default), and picks the cheapest that
+fits the memory budget. The constants are in `CostModel` (defaults measured on a 2-core
 XLA:CPU machine with `benchmarks/callsites.py`; set your own with
 `Auto(cost_model=...)`). No JAX tracing happens here.
 """
@@ -20,6 +21,7 @@ from ._lazy import Lazy
 from ._materialise import Materialise
 from ._observation import Observation
 from ._outline import Outline
+from ._roll_policy import Roll
 
 
 class CostModel(eqx.Module):
@@ -58,6 +60,10 @@ class CostModel(eqx.Module):
     - `krylov_compile`: compile time of an iterative solver's loop, beyond its
         copy of `mv`.
     - `krylov_step`: fixed run time of one iteration of an iterative solver.
+    - `roll_fixed`: compile time of the loop of a rolled group of call sites.
+    - `roll_site`: compile time each rolled call site adds (its step's code, its
+        entry in the loop's tables).
+    - `roll_step`: fixed run time of one step of a rolled loop.
     """
 
     flops_per_second: float = 1.5e11
@@ -74,6 +80,9 @@ class CostModel(eqx.Module):
     factor_flops_per_second: float = 2e10
     krylov_compile: float = 0.25
     krylov_step: float = 5e-6
+    roll_fixed: float = 0.03
+    roll_site: float = 2e-3
+    roll_step: float = 1e-5
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
@@ -103,7 +112,7 @@ class Decision(eqx.Module):
 
     **Arguments:** (each is also the attribute of that name)
 
-    - `policy`: the chosen strategy, a policy (`Lazy()`, `Outline()`,
+    - `policy`: the chosen strategy, a policy (`Lazy()`, `Roll()`, `Outline()`,
         `Materialise(batch_size)`, `VmapBatch(batch_size)` or `Scan()`).
     - `reasons`: sentences explaining the choice.
     - `estimates`: `(strategy name, estimated seconds or None if not allowed)`
@@ -119,7 +128,7 @@ class Decision(eqx.Module):
 
     @property
     def strategy(self) -> str:
-        """The name of the chosen policy's class: `"Lazy"`, `"Outline"`,
+        """The name of the chosen policy's class: `"Lazy"`, `"Roll"`, `"Outline"`,
         `"Materialise"`, `"VmapBatch"` or `"Scan"`."""
         return type(self.policy).__name__
 
@@ -164,7 +173,8 @@ def mv_run(o: Observation, model: CostModel) -> float:
 def estimates(
     o: Observation, model: CostModel
 ) -> dict[str, tuple[float, float] | None]:
-    """`strategy -> (compile seconds, run seconds)`, `None` where not allowed."""
+    """`strategy -> (compile seconds, seconds per run of the program)`, `None`
+    where not allowed."""
     copy = mv_compile(o, model)
     batched_copy = batched_compile(o, model)
     # Each solve builds its own matrix (in its `init`); plain call sites share one
@@ -172,9 +182,16 @@ def estimates(
     builds = o.solves + (1 if o.call_sites > o.solves else 0)
     run_mv = mv_run(o, model)
     k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
-    out = {
+    out: dict[str, tuple[float, float] | None] = {
         "Lazy": (k * copy, runs * run_mv),
-        "Outline": (
+    }
+    if o.rollable and k >= 2:
+        out["Roll"] = (
+            copy + model.roll_fixed + k * model.roll_site,
+            runs * run_mv + k * model.roll_step,
+        )
+    out.update(
+        Outline=(
             copy + k * model.outline_site,
             runs
             * (
@@ -182,8 +199,8 @@ def estimates(
                 + model.outline_call
                 + o.operator_bytes / model.callback_bytes_per_second
             ),
-        ),
-    }
+        )
+    )
     chunk = _build_chunk(o, model)
     if chunk is None:
         out["Materialise"] = None
@@ -230,12 +247,16 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         )
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
-    totals = {name: (None if c is None else c[0] + c[1]) for name, c in costs.items()}
+    weight = max(o.runs, 1.0)
+    totals = {
+        name: (None if c is None else c[0] + weight * c[1]) for name, c in costs.items()
+    }
     feasible = {name: t for name, t in totals.items() if t is not None}
     best = min(feasible, key=lambda name: (feasible[name], name != "Lazy"))
     reasons = [
         f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
-        f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed."
+        f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed; "
+        f"compile once, run {weight:g} time(s)."
     ]
     for name, c in costs.items():
         if c is None:
@@ -244,7 +265,9 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
                 f"budget of {format_bytes(o.memory_budget)}."
             )
         else:
-            reasons.append(f"{name}: compile ~{c[0]:.3g} s + run ~{c[1]:.3g} s.")
+            reasons.append(
+                f"{name}: compile ~{c[0]:.3g} s + {weight:g} x run ~{c[1]:.3g} s."
+            )
     others = ", ".join(
         f"{name} ~{t:.3g} s" if t is not None else f"{name} over budget"
         for name, t in totals.items()
@@ -254,7 +277,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     if best == "Materialise":
         policy: AbstractPolicy = Materialise(batch_size=_build_chunk(o, model))
     else:
-        policy = {"Lazy": Lazy(), "Outline": Outline()}[best]
+        policy = {"Lazy": Lazy(), "Outline": Outline(), "Roll": Roll()}[best]
     return Decision(
         policy,
         tuple(reasons),

@@ -4,22 +4,14 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax
 import lineax as lx
 
 from ._auto import Auto
 from ._budget import format_bytes
 from ._decide import Decision
-from ._jit import _CompileAware, _entry, decide_session
-from ._observation import observe
-from ._registry import (
-    history,
-    operator_key,
-    PASS_CONTEXT,
-    Session,
-    session,
-    site_text,
-)
+from ._jit import _CompileAware
+from ._observation import jaxpr_cost, observe
+from ._registry import site_text
 
 
 class ExplainRow(eqx.Module):
@@ -122,13 +114,16 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
 """
 
 
-def _row(operator, decision: Decision, call_sites, executions, sites) -> ExplainRow:
+def _row(
+    operator, decision: Decision, call_sites, executions, sites, cost=None
+) -> ExplainRow:
     policy = operator.policy
     observation = observe(
         operator,
         memory_budget=policy.budget(),
         call_sites=call_sites,
         executions=executions,
+        cost=cost,
     )
     return ExplainRow(
         operator=type(operator).__name__,
@@ -152,8 +147,7 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
 
     - `fun_or_operator`: a function (or an `lxd.jit`-compiled one), then `*args`
         and `**kwargs` to trace it with; or an operator of lineax-dispatch with an
-        `Auto` policy, for its decision at the call sites observed so far (one if
-        none).
+        `Auto` policy, for its decision at one call site.
 
     **Returns:**
 
@@ -168,7 +162,7 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
         op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         x = jnp.ones(64, jnp.float32)
         print(lxd.explain(lambda x: op.mv(op.mv(x)) + op.mv(x), x))
-        print(lxd.explain(op))  # at the call sites observed so far
+        print(lxd.explain(op))  # at one call site
         ```
     """
     if isinstance(fun_or_operator, lx.AbstractLinearOperator):
@@ -186,35 +180,31 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
                 f"`Auto` policy; got {type(operator).__name__} with policy "
                 f"{policy!r}."
             )
-        seen = history().get(operator_key(operator))
-        call_sites = 1 if seen is None else seen.call_sites
-        decision = policy.decision(operator, call_sites=call_sites)
-        sites = () if seen is None else [site_text(s) for s in seen.sites]
-        return ExplainReport((_row(operator, decision, call_sites, 1.0, sites),))
+        decision = policy.decision(operator)
+        return ExplainReport((_row(operator, decision, 1, 1.0, ()),))
     if not callable(fun_or_operator):
         raise TypeError(
             "`lxd.explain` takes a function (and its arguments) or an operator; got "
             f"{type(fun_or_operator).__name__}."
         )
     fun = fun_or_operator
-    jit_kwargs: dict[str, Any] = {}
-    if isinstance(fun, _CompileAware):
-        fun, jit_kwargs = fun._fun, fun._jit_kwargs
-    observed = Session(observing=True)
-    with session(observed), PASS_CONTEXT(("observe", observed.token)):
-        jax.jit(_entry(fun, observed), **jit_kwargs).trace(*args, **kwargs)
-    decisions = decide_session(observed)
-    rows = []
-    for key, decision in decisions.items():
-        record = observed.records[key]
-        rows.append(
-            _row(
-                record.operator,
-                decision,
-                record.call_sites,
-                record.executions,
-                [site_text(s) for s in record.sites],
-            )
+    compiled = fun if isinstance(fun, _CompileAware) else _CompileAware(fun, {})
+    _, active, _, autos = compiled.analyse(compiled._split(args, kwargs))
+    rows = [
+        _row(
+            a.record.operator,
+            a.decision,
+            a.group.call_sites,
+            a.group.executions,
+            [site_text(site) for site in a.sites],
+            jaxpr_cost(a.group.callee),
         )
-    observed.matrices.clear()
-    return ExplainReport(tuple(rows), tuple(observed.solver_choices))
+        for a in autos
+    ]
+    rows += [
+        _row(
+            solve.operator, solve.decision, 1, solve.executions, [site_text(solve.site)]
+        )
+        for solve in active.solves
+    ]
+    return ExplainReport(tuple(rows), tuple(active.solver_choices))

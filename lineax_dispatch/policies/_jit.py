@@ -1,54 +1,36 @@
-"""`lxd.jit`: a `jax.jit` that counts call sites before it decides."""
+"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it."""
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
-import jax.extend.core as jex
 
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
-from ._auto import Auto
 from ._decide import Decision
-from ._lazy import Lazy
-from ._registry import history, PASS_CONTEXT, Session, session
-from ._rewrite import roll_program, rolled_entry
+from ._program import AutoGroup, plan_program
+from ._registry import PASS_CONTEXT, Session, session
+from ._rewrite import rewrite_program, rolled_entry
 
 
-def _entry(fun: Callable, active: Session) -> Callable:
-    """`fun`, as a new function object (so that jax traces it afresh) that notes
-    the trace it is traced in and drops matrices of any earlier trace."""
+class Compiled(NamedTuple):
+    """What `lxd.jit` keeps per signature of its arguments: the compiled program,
+    the session it must run under (`None` once rewritten), its jit-cache context,
+    the output box and the decisions (per `Auto` operator kind)."""
 
-    @functools.wraps(fun)
-    def traced(*args, **kwargs):
-        active.top_trace = jex.get_opaque_trace_state()
-        active.matrices.clear()
-        try:
-            return fun(*args, **kwargs)
-        finally:
-            # Matrices are tracers of this trace: none may outlive it.
-            active.matrices.clear()
-            active.top_trace = None
-
-    return traced
+    jitted: Any
+    active: Session | None
+    context: Any
+    box: OutputBox
+    decisions: dict[Any, Decision]
 
 
-def decide_session(observed: Session) -> dict[Any, Decision]:
-    """Decisions for every operator kind observed, with its own Auto policy."""
-    decisions = {}
-    for key, record in observed.records.items():
-        policy = getattr(record.operator, "policy", None)
-        if not isinstance(policy, Auto):
-            continue
-        decisions[key] = policy.decision(
-            record.operator,
-            call_sites=record.call_sites,
-            executions=record.executions,
-            solves=record.solves,
-            key=key,
-        )
-        history()[key] = record
-    return decisions
+def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
+    """The decisions of a trace: for each `Auto` operator kind's call sites, and
+    for its solves (decided in the solver's `init`)."""
+    out = {solve.key: solve.decision for solve in active.solves}
+    out.update((a.record.key, a.decision) for a in autos)
+    return out
 
 
 class _CompileAware:
@@ -70,10 +52,11 @@ class _CompileAware:
 
         **Returns:**
 
-        A dict from each `Auto` operator's kind key to its
-        [`lineax_dispatch.Decision`][].
+        A dict from each `Auto` operator kind met (its key) to the
+        [`lineax_dispatch.Decision`][] made for its call sites (or, for an
+        operator solved by a solver of this package, for its solve).
         """
-        return self._prepare(self._split(args, kwargs))[2]
+        return self._prepare(self._split(args, kwargs)).decisions
 
     def _split(self, args, kwargs) -> Arguments:
         return split_arguments(
@@ -94,53 +77,48 @@ class _CompileAware:
 
         return traced
 
-    def _prepare(self, split: Arguments):
+    def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:
+        """Traces `fun` once for these arguments and reads the program: `(traced,
+        session, actions, auto groups)` (see `plan_program`)."""
+        active = Session()
+        box = OutputBox()
+        jitted = jax.jit(self.traceable(split, box), **self._passed)
+        context = ("lxd.jit", active.token)
+        with session(active), PASS_CONTEXT(context):
+            traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+        actions, autos = plan_program(traced.jaxpr, active)
+        return (jitted, box, context, traced), active, actions, autos
+
+    def _prepare(self, split: Arguments) -> Compiled:
         entry = self._compiled.get(split.key)
         if entry is None:
-            observed = Session(observing=True)
-            box = OutputBox()
-            observing = jax.jit(
-                _entry(self.traceable(split, box), observed), **self._passed
-            )
-            context = ("observe", observed.token)
-            with session(observed), PASS_CONTEXT(context):
-                traced = observing.trace(*split.dynamic_args, **split.dynamic_kwargs)
-            decisions = decide_session(observed)
-            if all(isinstance(d.policy, Lazy) for d in decisions.values()):
-                # The observing trace is already the program: jax reuses it (under
-                # the same pass context).
-                program = traced
-                entry = (observing, None, decisions, context, box)
-            else:
-                fixed = Session(observing=False, decisions=decisions)
-                box = OutputBox()
-                jitted = jax.jit(
-                    _entry(self.traceable(split, box), fixed), **self._passed
+            (jitted, box, context, traced), active, actions, autos = self.analyse(split)
+            run = rewrite_program(traced.jaxpr, actions)
+            if run is None:
+                # The traced program is the program: jax reuses its trace (under
+                # the same context and session).
+                entry = Compiled(
+                    jitted, active, context, box, _decisions(active, autos)
                 )
-                context = ("decide", fixed.token)
-                with session(fixed), PASS_CONTEXT(context):
-                    program = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
-                entry = (jitted, fixed, decisions, context, box)
-            run = roll_program(program.jaxpr)
-            if run is not None:
+            else:
                 # The rewritten program replaces the traced one: the user's
                 # function is not traced again.
-                rolled = jax.jit(rolled_entry(run, program.out_tree), **self._passed)
-                entry = (rolled, None, decisions, context, box)
+                rolled = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
+                entry = Compiled(rolled, None, context, box, _decisions(active, autos))
             self._compiled[split.key] = entry
         return entry
 
     def _run(self, method: str, args, kwargs):
         split = self._split(args, kwargs)
-        jitted, fixed, _, context, box = self._prepare(split)
-        call = getattr(jitted, method)
-        with PASS_CONTEXT(context):
-            if fixed is None:
+        entry = self._prepare(split)
+        call = getattr(entry.jitted, method)
+        with PASS_CONTEXT(entry.context):
+            if entry.active is None:
                 out = call(*split.dynamic_args, **split.dynamic_kwargs)
             else:
-                with session(fixed):
+                with session(entry.active):
                     out = call(*split.dynamic_args, **split.dynamic_kwargs)
-        return box.combine(out) if method == "__call__" else out
+        return entry.box.combine(out) if method == "__call__" else out
 
     def __call__(self, *args, **kwargs):
         return self._run("__call__", args, kwargs)
@@ -171,23 +149,28 @@ class _CompileAware:
 def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     """A compile-aware `jax.jit`.
 
-    For each new signature of its arguments, the returned function first traces
-    `fun` with every `Auto` operator applied inline, counting the call sites of
-    each operator's `mv`; then decides per operator (see
-    [`lineax_dispatch.Auto`][]); then, unless every decision is to inline (when the
-    first trace is already the program), traces `fun` again with those decisions
-    fixed. There a `Materialise` decision builds the matrix once for the whole
-    program, whatever its number of call sites. Operators with a fixed policy are
-    untouched, and the results are those of `jax.jit(fun)`.
+    For each new signature of its arguments, the returned function traces `fun`
+    ONCE to a program (a jaxpr) and reads it: every group of calls of one
+    computation (the `mv` of an operator kind with an [`lineax_dispatch.Auto`][]
+    or [`lineax_dispatch.Roll`][] policy, a `jax.jit` function of the user's with
+    a substantial body), its call sites counted exactly, with the executions of
+    enclosing loops. For each `Auto` group it decides from the program (the cost of
+    one `mv` read from the traced callee, no further trace), minimising compile
+    time plus `runs` times the run time, and rewrites the program:
 
-    Then the traced program is rewritten: the call sites of each
-    [`lineax_dispatch.Roll`][] operator, and of each `jax.jit` function of the
-    user's with a substantial body called at several sites, become one
-    computation: stacked into one `vmap`ped call where an operator's sites are
-    independent of each other, else rolled into one `lax.scan` body (the code
-    between calls run as the branches of a `lax.switch`, steps equal up to
-    literals sharing one). The rewrite replaces the traced program, so the user's
-    function is not traced again.
+    - `Lazy`: the calls stay as they are (XLA inlines them, as lineax's do);
+    - `Roll`: the call sites become one computation: stacked into one `vmap`ped
+        call where they are independent of each other, else rolled into one
+        `lax.scan` body (the code between calls run as the branches of a
+        `lax.switch`, steps equal up to literals sharing one);
+    - `Materialise`: one matrix built before the first site, a matrix product at
+        each.
+
+    `Roll` operators and the user's repeated functions are rolled. The rewritten
+    program is compiled with `jax.jit` and replaces the traced one: the user's
+    function is not traced again, and the results are those of `jax.jit(fun)`.
+    Calls inside loop bodies stay inline. Operators with other fixed policies are
+    untouched.
 
     **Arguments:**
 

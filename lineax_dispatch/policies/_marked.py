@@ -8,7 +8,7 @@ many call sites there are, and each call site is one recognisable `jit` equation
 rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
 """
 
-import functools
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -54,19 +54,69 @@ def current_scope() -> TraceScope | None:
     return None if root is None else TraceScope(root)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def lineax_dispatch_mv(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]):
+def _apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
     static, _ = key
     return hashable_combine(dynamic, static)(vector)
 
 
-def marked_mv(operator: lx.AbstractLinearOperator, vector: PyTree[Any]) -> PyTree:
+def named_marked(name: str) -> Callable:
+    """A marked call of its own, whose equations are named `name` (which must start
+    with `MARKED_NAME`): how `lxd.jit` tells the call sites of each `Auto` operator
+    kind in a traced program apart.
+
+    **Arguments:**
+
+    - `name`: the equations' name.
+
+    **Returns:**
+
+    A `jax.jit` function of `(key, dynamic, vector)`.
+    """
+    if not name.startswith(MARKED_NAME):
+        raise ValueError(f"a marked call's name must start with {MARKED_NAME!r}.")
+
+    def apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
+        return _apply(key, dynamic, vector)
+
+    apply.__name__ = apply.__qualname__ = name
+    return jax.jit(apply, static_argnums=0)
+
+
+lineax_dispatch_mv = named_marked(MARKED_NAME)
+
+
+def is_marked(eqn: Any) -> bool:
+    """Whether a jaxpr equation is a marked call (of any name).
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+
+    **Returns:**
+
+    A bool.
+    """
+    name = eqn.params.get("name")
+    return (
+        eqn.primitive.name == "jit"
+        and isinstance(name, str)
+        and name.startswith(MARKED_NAME)
+    )
+
+
+def marked_mv(
+    operator: lx.AbstractLinearOperator,
+    vector: PyTree[Any],
+    call: Callable | None = None,
+) -> PyTree:
     """Applies the plain lineax `mv` of `operator` through the marked call.
 
     **Arguments:**
 
     - `operator`: an operator of lineax-dispatch.
     - `vector`: a PyTree matching its input structure.
+    - `call`: the marked call to apply it through (from `named_marked`); `None` for
+        the shared one, named `MARKED_NAME`.
 
     **Returns:**
 
@@ -74,4 +124,5 @@ def marked_mv(operator: lx.AbstractLinearOperator, vector: PyTree[Any]) -> PyTre
     signature, and reused); under a trace, one `lineax_dispatch_mv` equation.
     """
     dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
-    return lineax_dispatch_mv((static, current_scope()), dynamic, vector)
+    call = lineax_dispatch_mv if call is None else call
+    return call((static, current_scope()), dynamic, vector)

@@ -45,6 +45,11 @@ class Observation(eqx.Module):
     - `batch`: how many vectors each application handles (1 for a single `mv`).
     - `solves`: how many of the call sites are solves (each of which would build
         its own matrix if materialised).
+    - `runs`: how many times the compiled program is expected to run: compile time
+        counts once, run time `runs` times.
+    - `rollable`: whether the call sites can become one loop body (under
+        [`lineax_dispatch.jit`][], two or more sites at the top level of the
+        program), making `Roll` a candidate.
     - `mv_flops`, `mv_bytes`: cost of one `mv` from XLA's `cost_analysis()` of the
         lowered function (or an estimate where the backend gives none).
     - `mv_dots`, `mv_ops`: how many dot products and other operations one `mv`
@@ -68,6 +73,8 @@ class Observation(eqx.Module):
     executions: float = 1.0
     batch: int = 1
     solves: int = 0
+    runs: float = 1.0
+    rollable: bool = False
     mv_flops: float = 0.0
     mv_bytes: float = 0.0
     mv_dots: int = 0
@@ -131,6 +138,27 @@ def _walk(jaxpr, totals: dict) -> None:
             totals["ops"] += 1
 
 
+def jaxpr_cost(closed: Any) -> dict[str, Any]:
+    """Flops, bytes accessed, operation counts, workspace and constant bytes of a
+    closed jaxpr, from its equations alone (dot products counted exactly, other
+    operations by their output sizes); nothing is traced or lowered.
+
+    **Arguments:**
+
+    - `closed`: a `jax.extend.core.ClosedJaxpr`.
+
+    **Returns:**
+
+    A dict as `mv_cost` returns, with `source` `"jaxpr"`.
+    """
+    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0, "workspace": 0}
+    _walk(closed.jaxpr, totals)
+    constant_bytes = sum(
+        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
+    )
+    return dict(totals, constant_bytes=int(constant_bytes), source="jaxpr")
+
+
 def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, Any]:
     """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
     cached per operator kind in the current context.
@@ -174,12 +202,8 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
         }
         cache[key] = cost
         return cost
-    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0, "workspace": 0}
-    _walk(closed.jaxpr, totals)
-    constant_bytes = sum(
-        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
-    )
-    cost = dict(totals, constant_bytes=int(constant_bytes), source="jaxpr")
+    cost = jaxpr_cost(closed)
+    constant_bytes = cost["constant_bytes"]
     if constant_bytes <= _LOWER_CONSTANTS_LIMIT:
         try:
             analysis = jax.jit(apply).lower(dynamic, vector).cost_analysis() or {}
@@ -203,8 +227,11 @@ def observe(
     executions: float = 1.0,
     batch: int = 1,
     solves: int = 0,
+    runs: float = 1.0,
+    rollable: bool = False,
     with_cost: bool = True,
     key: Any = None,
+    cost: dict[str, Any] | None = None,
 ) -> Observation:
     """Builds the [`lineax_dispatch.Observation`][] of `operator`: its sizes, dtype
     and arrays, and the cost of one `mv` (from XLA's cost analysis of the lowered,
@@ -214,11 +241,13 @@ def observe(
 
     - `operator`: the operator.
     - `memory_budget`: bytes.
-    - `call_sites`, `executions`, `batch`, `solves`: as observed or expected (see
-        the fields of [`lineax_dispatch.Observation`][]).
+    - `call_sites`, `executions`, `batch`, `solves`, `runs`, `rollable`: as
+        observed or expected (see the fields of [`lineax_dispatch.Observation`][]).
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
     - `key`: the operator's key for the cost cache (computed when `None`).
+    - `cost`: the cost of one `mv` where it is already known (as `mv_cost` gives
+        it: `lxd.jit` reads it from the traced program), instead of tracing `mv`.
 
     **Returns:**
 
@@ -239,7 +268,10 @@ def observe(
         math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
         for x in jtu.tree_leaves(eqx.filter(operator, is_leaf_array))
     )
-    cost = mv_cost(operator, key) if (with_cost and not explicit) else None
+    if explicit or not with_cost:
+        cost = None
+    elif cost is None:
+        cost = mv_cost(operator, key)
     if cost is not None:
         # Arrays closed over by a closure-converted function are constants of
         # its jaxpr, not leaves: count them as the operator's own.
@@ -255,6 +287,8 @@ def observe(
         executions=float(executions),
         batch=int(batch),
         solves=int(solves),
+        runs=float(runs),
+        rollable=bool(rollable),
         mv_flops=0.0 if cost is None else cost["flops"],
         mv_bytes=0.0 if cost is None else cost["bytes"],
         mv_dots=0 if cost is None else cost["dots"],

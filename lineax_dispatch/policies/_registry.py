@@ -1,5 +1,5 @@
-"""Context-local records of where operators' `mv`s are traced, and of the decisions
-and matrices that `lxd.jit` fixes for one compiled program.
+"""Context-local records of the `Auto` operators met while `lxd.jit` traces a
+program, and the expected executions that solvers set around their loops.
 
 Everything here lives in context variables: each thread (and each asyncio task)
 sees its own registry, and there is no module-level mutable state.
@@ -17,10 +17,12 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.extend.core as jex
 import jax.tree_util as jtu
 import lineax as lx
 from equinox._compile_utils import hashable_partition
+
+from .._compat import traceback_frames
+from ._marked import MARKED_NAME, named_marked
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,55 +69,68 @@ def user_site() -> tuple[str, int]:
 
 
 @dataclasses.dataclass
-class SiteRecord:
-    """What was observed of one operator kind during one trace."""
+class AutoRecord:
+    """One `Auto` operator kind met while `lxd.jit` traces a program: an example
+    operator (shapes only, for `explain`; its policy), its kind key, and the marked
+    call its `mv`s go through (its equations named `name`)."""
 
-    operator: Any  # an example operator (for the cost analysis and `explain`)
-    sites: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    executions: float = 0.0
-    solves: int = 0
+    name: str
+    key: Any
+    operator: Any
+    call: Any
 
-    @property
-    def call_sites(self) -> int:
-        return len(self.sites)
+
+@dataclasses.dataclass
+class SolveRecord:
+    """One solve of an `Auto` operator decided in a solver's `init` while `lxd.jit`
+    or `lxd.explain` traces a program, for `explain`."""
+
+    key: Any
+    operator: Any
+    executions: float
+    decision: Any
+    site: tuple[str, int]
 
 
 @dataclasses.dataclass
 class Session:
-    """The state of one `lxd.jit` compilation: observations of its first
-    (observing) trace, then the decisions fixed for its second trace and the
-    matrices built there (per trace, so none is used outside the trace that made
-    it)."""
+    """The state of one `lxd.jit` (or `lxd.explain`) trace: the `Auto` operator kinds
+    whose `mv`s were traced, each through a marked call of its own, so that the
+    traced program tells their call sites apart; and what was decided in solvers."""
 
-    observing: bool
     token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
-    records: dict[Any, SiteRecord] = dataclasses.field(default_factory=dict)
-    decisions: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    matrices: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    top_trace: Any = None
+    records: dict[Any, AutoRecord] = dataclasses.field(default_factory=dict)
+    solves: list[SolveRecord] = dataclasses.field(default_factory=list)
     # `AutoSolver`'s choices: (operator, size, solver, reasons), for `explain`.
     solver_choices: list[tuple[str, str, str, tuple[str, ...]]] = dataclasses.field(
         default_factory=list
     )
 
+    def record(self, operator: Any, key: Any) -> AutoRecord:
+        """The record of `operator`'s kind (`key`), made at its first `mv`."""
+        record = self.records.get(key)
+        if record is None:
+            # Unique to this trace: a nested `lxd.jit` names its own apart.
+            name = f"{MARKED_NAME}_auto_{self.token[:12]}_{len(self.records)}"
+            record = AutoRecord(
+                name, key, abstract_operator(operator), named_marked(name)
+            )
+            self.records[key] = record
+        return record
 
-# Expected executions of an `mv` traced below the top level of `lxd.jit` (a loop
-# body, a nested jit) when no solver says more.
-NESTED_EXECUTIONS = 10.0
+    def by_name(self) -> dict[str, AutoRecord]:
+        """The records, by the name of their marked call."""
+        return {record.name: record for record in self.records.values()}
 
-# A jit-cache-sensitive context (`jax.make_user_context`): each `lxd.jit` pass
-# traces under its own value, so that jits nested in the user's function (lineax's
-# `linear_solve` is one) are traced afresh in each pass instead of reusing a trace
-# made under other decisions.
+
+# A jit-cache-sensitive context (`jax.make_user_context`): each `lxd.jit` trace runs
+# under its own value, so that jits nested in the user's function (lineax's
+# `linear_solve` is one) are traced afresh, their `Auto` operators' calls named for
+# this trace, instead of reusing a trace made for another program.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "lineax_dispatch_session", default=None
-)
-# Observations that outlive one compilation: operator key -> SiteRecord of the
-# latest observing trace. A dict created per context on first use.
-_HISTORY: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "lineax_dispatch_history", default=None
 )
 # Expected executions of each `mv` traced here (set by solvers around their loop).
 _EXECUTIONS: contextvars.ContextVar[float] = contextvars.ContextVar(
@@ -135,10 +150,6 @@ def _context_dict(var: contextvars.ContextVar[dict | None]) -> dict:
     return value
 
 
-def history() -> dict:
-    return _context_dict(_HISTORY)
-
-
 def cost_cache() -> dict:
     return _context_dict(_COSTS)
 
@@ -153,7 +164,7 @@ def record_solver_choice(
     """Notes a solver choice in the observing trace of `lxd.jit` or `lxd.explain`,
     if one is running."""
     active = _SESSION.get()
-    if active is not None and active.observing:
+    if active is not None:
         active.solver_choices.append((operator, size, solver, reasons))
 
 
@@ -181,36 +192,26 @@ def current_executions() -> float:
     return _EXECUTIONS.get()
 
 
-def record_call(
-    operator: Any, key: Any, executions: float | None = None, solve: bool = False
-) -> None:
-    """Notes one traced `mv` of `operator` (at the user's call site) in the
-    observing session, if any: `executions` times per run (default: the current
-    expectation), `solve` if the site is a solve's."""
+def record_solve(operator: Any, key: Any, executions: float, decision: Any) -> None:
+    """Notes a solve's decision in the `lxd.jit` or `lxd.explain` trace running, if
+    any."""
     active = _SESSION.get()
-    if active is None or not active.observing:
-        return
-    record = active.records.get(key)
-    if record is None:
-        record = active.records[key] = SiteRecord(abstract_operator(operator))
-    record.sites.append(user_site())
-    record.solves += int(solve)
-    if executions is None:
-        executions = current_executions()
-    if executions <= 1 and not at_top_trace():
-        # Traced inside a loop body, a `vmap` or a nested `jit` with no solver
-        # saying how often: assume it runs several times.
-        executions = NESTED_EXECUTIONS
-    record.executions += executions
+    if active is not None:
+        active.solves.append(
+            SolveRecord(
+                key, abstract_operator(operator), executions, decision, user_site()
+            )
+        )
 
 
-def at_top_trace() -> bool:
-    """Whether the current trace is the top level of the `lxd.jit` being traced
-    (not inside a loop body, a `vmap`, a nested `jit`...)."""
-    active = _SESSION.get()
-    if active is None or active.top_trace is None:
-        return False
-    return jex.get_opaque_trace_state() == active.top_trace
+def equation_site(eqn: Any) -> tuple[str, int]:
+    """The user's source line an equation was traced at: the innermost frame of its
+    traceback outside lineax-dispatch, lineax, equinox and jax."""
+    for filename, line in reversed(traceback_frames(eqn)):
+        path = os.path.abspath(filename)
+        if not path.startswith(_SKIP_DIRS) and "<frozen" not in path:
+            return filename, line
+    return "<unknown>", 0
 
 
 def site_text(site: tuple[str, int]) -> str:

@@ -1,81 +1,48 @@
-"""The program rewrite of `lxd.jit`: find the groups of marked calls in a traced
-program and roll each (see `_roll.py`)."""
+"""The program rewrite of `lxd.jit`: apply each group's action (see `_program.py`)
+to the traced program: roll or stack its top-level call sites (`_roll.py`,
+`_stack.py`), or share one matrix between them (`_program_materialise.py`)."""
 
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.extend.core as jex
 import jax.tree_util as jtu
 
-from ._marked import MARKED_NAME
+from ._marked import is_marked
+from ._program import Action, find_groups
+from ._program_materialise import materialised_function
 from ._roll import rolled_function
 from ._roll_plan import plan_roll
 from ._stack import plan_stack, stacked_function
 
 
-# A repeated `jax.jit` function of the user's is rolled when its body is at least
-# this many equations (or holds a dot product): smaller ones compile in less time
-# than a loop saves.
-MIN_CALLEE_EQUATIONS = 32
+def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
+    """The program with `action` applied to the calls at `sites`, or `None` where
+    it cannot be (the calls' inputs or the code between them do not allow it)."""
+    jaxpr = closed.jaxpr
+    if action.kind == "materialise":
+        return materialised_function(closed, sites, action.arrays, action.batch_size)
+    if len(sites) < 2:
+        return None
+    if is_marked(jaxpr.eqns[sites[0]]):
+        # An operator's independent sites run together (stacked: a linear map
+        # batches well); dependent ones, and the user's functions, rolled.
+        stack = plan_stack(jaxpr, sites)
+        if stack is not None:
+            return stacked_function(closed, stack)
+    plan = plan_roll(jaxpr, sites)
+    return None if plan is None else rolled_function(closed, plan)
 
 
-def _size(jaxpr: Any) -> tuple[int, bool]:
-    count, dots = 0, False
-    for eqn in jaxpr.eqns:
-        count += 1
-        dots = dots or eqn.primitive.name == "dot_general"
-        for sub in jex.jaxprs_in_params(eqn.params):
-            c, d = _size(sub)
-            count, dots = count + c, dots or d
-    return count, dots
-
-
-def _substantial(callee: Any) -> bool:
-    count, dots = _size(callee.jaxpr)
-    return dots or count >= MIN_CALLEE_EQUATIONS
-
-
-def marked_groups(jaxpr: Any) -> list[tuple[bool, list[int]]]:
-    """The top-level call sites of each repeated computation in `jaxpr`: the marked
-    calls of operators' `mv`s, and the user's `jax.jit` functions called at several
-    sites with a substantial body; as `(marked, equation indices)`, two or more
-    sites each, largest groups first.
-
-    **Arguments:**
-
-    - `jaxpr`: a `jax.extend.core.Jaxpr`.
-
-    **Returns:**
-
-    A list of `(bool, list of indices into jaxpr.eqns)`.
-    """
-    groups: dict[int, list[int]] = {}
-    marked: dict[int, bool] = {}
-    callees: dict[int, Any] = {}
-    for index, eqn in enumerate(jaxpr.eqns):
-        if eqn.primitive.name != "jit":
-            continue
-        callee = eqn.params["jaxpr"]
-        callees[id(callee)] = callee
-        marked[id(callee)] = eqn.params.get("name") == MARKED_NAME
-        groups.setdefault(id(callee), []).append(index)
-    found = [
-        (marked[key], sites)
-        for key, sites in groups.items()
-        if len(sites) >= 2 and (marked[key] or _substantial(callees[key]))
-    ]
-    return sorted(found, key=lambda group: len(group[1]), reverse=True)
-
-
-def roll_program(closed: Any) -> Callable | None:
-    """`closed` with every group of marked calls at its top level rolled, as a
-    function of its flat inputs returning its flat outputs; `None` if there is
-    nothing to roll.
+def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
+    """`closed` with every group's action applied to its top-level call sites, as a
+    function of its flat inputs returning its flat outputs; `None` if nothing was
+    rewritten.
 
     **Arguments:**
 
     - `closed`: a `jax.extend.core.ClosedJaxpr`.
+    - `actions`: from `plan_program`, keyed by `(equation name, id(callee))`.
 
     **Returns:**
 
@@ -83,29 +50,27 @@ def roll_program(closed: Any) -> Callable | None:
     """
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
+    done: set = set()
     while True:
-        rewrite, others = None, 0
-        for is_marked, sites in marked_groups(closed.jaxpr):
-            if rewrite is None:
-                # An operator's independent sites run together (stacked: a linear
-                # map batches well); any others, and the user's functions, rolled.
-                stack = plan_stack(closed.jaxpr, sites) if is_marked else None
-                if stack is not None:
-                    rewrite = stacked_function(closed, stack)
-                    continue
-                plan = plan_roll(closed.jaxpr, sites)
-                if plan is not None:
-                    rewrite = rolled_function(closed, plan)
-                    continue
-            others += 1
+        pending = [
+            (key, group.sites)
+            for key, group in find_groups(closed.jaxpr).items()
+            if key in actions and key not in done and group.sites
+        ]
+        # Largest groups first: their loops take the code of the others in.
+        pending.sort(key=lambda item: len(item[1]), reverse=True)
+        rewrite = None
+        for key, sites in pending:
+            done.add(key)
+            rewrite = _apply(closed, actions[key], sites)
+            if rewrite is not None:
+                break
         if rewrite is None:
             return run
         run = rewrite
-        if not others:
-            return run
         # Other groups may remain at the top level: look again in the rewritten
         # program (groups whose sites were between the calls are now in the loop).
-        # Each pass moves one group's sites into a loop, so this ends.
+        # Each pass handles one group, so this ends.
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
         closed = jax.make_jaxpr(run)(*structs)
 

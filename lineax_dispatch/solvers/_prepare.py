@@ -7,7 +7,7 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
-from ..policies._registry import current_session, operator_key, record_call
+from ..policies._registry import operator_key, record_solve
 
 
 def expected_iterations(max_steps: int | None, size: int) -> int:
@@ -87,17 +87,10 @@ def resolve_for_solve(
     if not isinstance(policy, Auto):
         return operator
     key = operator_key(operator)
-    active = current_session()
-    if active is not None and active.observing:
-        # `lxd.jit`'s observing trace: count this solve, apply inline.
-        record_call(operator, key, executions=executions, solve=True)
-        return adopt(operator, Lazy())
-    if active is not None and key in active.decisions:
-        decision = active.decisions[key]
-    else:
-        decision = policy.decision(
-            operator, call_sites=1, executions=executions, solves=1, key=key
-        )
+    decision = policy.decision(
+        operator, call_sites=1, executions=executions, solves=1, key=key
+    )
+    record_solve(operator, key, executions, decision)  # for `lxd.explain`
     chosen = decision.policy
     if isinstance(chosen, Materialise) and not isinstance(
         operator, MatrixLinearOperator

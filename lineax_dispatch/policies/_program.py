@@ -1,0 +1,250 @@
+"""What `lxd.jit` reads from a traced program: the call sites of each repeated
+computation (an `Auto` operator kind's `mv`, a `Roll` operator's, a `jax.jit`
+function of the user's), how often each runs, and what to do with each group."""
+
+import dataclasses
+from typing import Any
+
+import jax.extend.core as jex
+import jax.tree_util as jtu
+
+from ._decide import Decision
+from ._lazy import Lazy
+from ._marked import is_marked, MARKED_NAME
+from ._materialise import Materialise
+from ._observation import jaxpr_cost
+from ._registry import AutoRecord, equation_site, Session
+from ._roll_plan import call_group
+from ._roll_policy import Roll
+
+
+# Expected trips of a `while` loop (a solver's, a fixed point's) whose count the
+# program does not say.
+NESTED_EXECUTIONS = 10.0
+
+# A repeated `jax.jit` function of the user's is rolled when its body is at least
+# this many equations (or holds a dot product): smaller ones compile in less time
+# than a loop saves.
+MIN_CALLEE_EQUATIONS = 32
+
+
+@dataclasses.dataclass
+class Group:
+    """The call sites of one computation (one callee) in a traced program.
+
+    **Fields:**
+
+    - `name`: the call's equation name (a marked call's, or the user's function's).
+    - `callee`: the computation, a `ClosedJaxpr`.
+    - `sites`: indices of its calls at the top level of the program.
+    - `nested`: `(equation, executions per run)` of its calls inside loop bodies,
+        branches and other calls.
+    """
+
+    name: str
+    callee: Any
+    sites: list[int] = dataclasses.field(default_factory=list)
+    nested: list[tuple[Any, float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def call_sites(self) -> int:
+        return len(self.sites) + len(self.nested)
+
+    @property
+    def executions(self) -> float:
+        return len(self.sites) + sum(n for _, n in self.nested)
+
+    def equations(self, jaxpr: Any) -> list[Any]:
+        return [jaxpr.eqns[i] for i in self.sites] + [e for e, _ in self.nested]
+
+
+@dataclasses.dataclass
+class Action:
+    """What the rewrite does with a group's top-level sites: `"roll"` them (one
+    loop body, or one stacked call where they are independent) or `"materialise"`
+    (one matrix built before the first, a matrix product at each), with the
+    build's chunk of columns and the number of the call's inputs that are the
+    operator's arrays (the rest are the vector's leaves)."""
+
+    kind: str
+    batch_size: int | None = None
+    arrays: int = 0
+
+
+@dataclasses.dataclass
+class AutoGroup:
+    """An `Auto` operator kind's group with its decision, for `lxd.jit` and
+    `lxd.explain`."""
+
+    record: AutoRecord
+    group: Group
+    decision: Decision
+    sites: tuple[tuple[str, int], ...]
+
+
+def _factor(eqn: Any) -> float:
+    """How many times a sub-program of `eqn` runs per run of `eqn`."""
+    name = eqn.primitive.name
+    if name == "scan":
+        return float(eqn.params["length"])
+    if name == "while":
+        return NESTED_EXECUTIONS
+    return 1.0
+
+
+def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
+    """Every `jit` call in `jaxpr` and below it, grouped by callee: `(name,
+    id(callee)) -> Group`, in program order.
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`, the program's top level.
+
+    **Returns:**
+
+    A dict of `Group`s.
+    """
+    groups: dict[tuple[str, int], Group] = {}
+
+    def visit(jaxpr: Any, executions: float, top: bool) -> None:
+        for index, eqn in enumerate(jaxpr.eqns):
+            if eqn.primitive.name == "jit":
+                callee = eqn.params["jaxpr"]
+                key = (str(eqn.params.get("name")), id(callee))
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = Group(key[0], callee)
+                if top:
+                    group.sites.append(index)
+                else:
+                    group.nested.append((eqn, executions))
+                if is_marked(eqn):
+                    continue  # an operator's `mv`: its body is not the program's
+            factor = executions * _factor(eqn)
+            for sub in jex.jaxprs_in_params(eqn.params):
+                visit(sub, factor, False)
+
+    visit(jaxpr, 1.0, True)
+    return groups
+
+
+def _size(jaxpr: Any) -> tuple[int, bool]:
+    count, dots = 0, False
+    for eqn in jaxpr.eqns:
+        count += 1
+        dots = dots or eqn.primitive.name == "dot_general"
+        for sub in jex.jaxprs_in_params(eqn.params):
+            c, d = _size(sub)
+            count, dots = count + c, dots or d
+    return count, dots
+
+
+def substantial(callee: Any) -> bool:
+    """Whether a user's function is worth rolling: a dot product, or at least
+    `MIN_CALLEE_EQUATIONS` equations."""
+    count, dots = _size(callee.jaxpr)
+    return dots or count >= MIN_CALLEE_EQUATIONS
+
+
+def _same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
+    """Whether every top-level call of `group` applies the same operator arrays
+    (its first `arrays` inputs), so that one matrix serves them all."""
+    if len(group.sites) == 1:
+        return True
+    found = call_group(jaxpr, group.sites)
+    return found is not None and all(p >= arrays for p in found[2])
+
+
+def _restrict(decision: Decision, allowed: set[str]) -> Decision:
+    """`decision`, or the cheapest of its estimates among `allowed` strategies if it
+    chose another (a strategy the rewrite cannot apply to these sites)."""
+    if decision.strategy in allowed:
+        return decision
+    totals = {name: t for name, t in decision.estimates if t is not None}
+    best = min(
+        (name for name in totals if name in allowed),
+        key=lambda name: (totals[name], name != "Lazy"),
+        default="Lazy",
+    )
+    policy = Roll() if best == "Roll" else Lazy()
+    note = (
+        f"{decision.strategy} cannot be applied to these call sites here; {best} "
+        "is the cheapest that can."
+    )
+    return Decision(policy, (*decision.reasons, note), decision.estimates, 0)
+
+
+def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
+    """The decision for an `Auto` operator kind's call sites in a program.
+
+    **Arguments:**
+
+    - `record`: the operator kind's record of the trace.
+    - `group`: its call sites.
+    - `jaxpr`: the program's top level.
+
+    **Returns:**
+
+    A [`lineax_dispatch.Decision`][].
+    """
+    operator = record.operator
+    top_only = not group.nested
+    arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
+    decision = operator.policy.decision(
+        operator,
+        call_sites=group.call_sites,
+        executions=group.executions,
+        rollable=top_only and len(group.sites) >= 2,
+        cost=jaxpr_cost(group.callee),
+    )
+    allowed = {"Lazy"}
+    if top_only and len(group.sites) >= 2:
+        allowed.add("Roll")
+    if top_only and _same_arrays(jaxpr, group, arrays):
+        allowed.add("Materialise")
+    return _restrict(decision, allowed)
+
+
+def _vector_leaves(operator: Any) -> int:
+    return len(jtu.tree_leaves(operator.in_structure()))
+
+
+def plan_program(
+    closed: Any, active: Session
+) -> tuple[dict[str, Action], list[AutoGroup]]:
+    """Reads a traced program: the action for each group of repeated calls (by
+    equation name and callee), and the decision for each `Auto` operator kind.
+
+    **Arguments:**
+
+    - `closed`: the traced program, a `ClosedJaxpr`.
+    - `active`: the session it was traced in.
+
+    **Returns:**
+
+    `(actions, auto_groups)`: actions keyed by `(name, id(callee))`.
+    """
+    jaxpr = closed.jaxpr
+    records = active.by_name()
+    actions: dict[Any, Action] = {}
+    autos: list[AutoGroup] = []
+    for key, group in find_groups(jaxpr).items():
+        record = records.get(group.name)
+        if record is not None:
+            decision = decide_group(record, group, jaxpr)
+            sites = tuple(equation_site(e) for e in group.equations(jaxpr))
+            autos.append(AutoGroup(record, group, decision, sites))
+            policy = decision.policy
+            if isinstance(policy, Roll):
+                actions[key] = Action("roll")
+            elif isinstance(policy, Materialise):
+                arrays = len(group.callee.jaxpr.invars) - _vector_leaves(
+                    record.operator
+                )
+                actions[key] = Action("materialise", policy.batch_size, arrays)
+        elif len(group.sites) >= 2 and (
+            group.name == MARKED_NAME or substantial(group.callee)
+        ):
+            # A `Roll` operator's sites, or a repeated function of the user's.
+            actions[key] = Action("roll")
+    return actions, autos
