@@ -175,6 +175,14 @@ def _count_dots(lowered):
     return lowered.compile().as_text().count(" dot(")
 
 
+def _count_ops(lowered):
+    """Operations in the compiled HLO's entry computation (instructions, with the
+    names XLA gives them stripped)."""
+    text = lowered.compile().as_text()
+    entry = text[text.index("ENTRY") :]
+    return sum(1 for line in entry.splitlines() if " = " in line)
+
+
 def _loop(op, x, sites):
     for i in range(sites):
         x = op.mv(x) * (1.0 + 0.01 * i)
@@ -204,17 +212,19 @@ def test_function_traced_once_and_compiled_once(program, sites):
     assert _count_dots(compiled.lower(x)) == LAYERS
 
 
-def test_roll_under_plain_jit_is_inline():
-    """Outside `lxd.jit` a Roll operator is applied as lineax applies it: the
-    marked call is inlined by XLA (the same dot products as lineax's), and the
-    function is traced once for all call sites."""
+@pytest.mark.parametrize("policy", [lxd.Roll(), lxd.Lazy(), lxd.Auto()])
+def test_marked_calls_under_plain_jit_are_inline(policy):
+    """Outside `lxd.jit` an operator is applied as lineax applies it: the marked
+    call is inlined by XLA (the same dot products as lineax's, and the same
+    compiled operations), and the function is traced once for all call sites."""
     counter = []
-    op = _operators(lxd.Roll(), counter)[0]
+    op = _operators(policy, counter)[0]
     x = jnp.ones(N)
     ours = jax.jit(lambda x: _loop(op, x, 4)).lower(x)
     plain = lx.FunctionLinearOperator(_chain, op.in_structure())
     theirs = jax.jit(lambda x: _loop(plain, x, 4)).lower(x)
     assert _count_dots(ours) == _count_dots(theirs) == 4 * LAYERS
+    assert _count_ops(ours) == _count_ops(theirs)
     assert len(counter) == 1
     _close(op.mv(x), plain.mv(x))
     _close(

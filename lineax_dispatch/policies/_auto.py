@@ -9,7 +9,7 @@ from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._budget import parse_memory_budget, resolve_budget
 from ._decide import CostModel, decide, Decision
-from ._marked import current_scope, marked_mv
+from ._marked import current_scope, inline_mv, marked_mv
 from ._observation import observe
 from ._registry import current_executions, current_session, operator_key
 
@@ -155,5 +155,5 @@ class Auto(AbstractPolicy):
             # `lxd.jit` finds in the traced program, decides for and rewrites.
             record = active.record(operator, operator_key(operator))
             return marked_mv(operator, vector, record.call)
-        # Under a plain `jax.jit`: lineax's behaviour.
-        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+        # Under a plain `jax.jit`: lineax's behaviour (inlined by XLA).
+        return marked_mv(operator, vector, inline_mv)

@@ -6,18 +6,21 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._marked import current_scope, marked_mv
+from ._marked import inline_mv, marked_mv
 
 
 class Lazy(AbstractPolicy):
-    """Inlines the operator's `mv` at every call site, exactly as lineax does.
+    """Inlines the operator's `mv` at every call site, as lineax does.
 
     Cheapest at run time and for cheap operators; an expensive `mv` called from
-    several places is traced and compiled again at each of them. Outside any trace
-    (eager code) `mv` runs one compiled `mv`, compiled once per operator kind and
-    signature and reused, rather than dispatching the function operation by
-    operation; as with `jax.jit`, Python state the function reads is read when it
-    is first compiled.
+    several places is compiled again at each of them. It is applied through a
+    cached `jax.jit` of the operator's lineax `mv`, which XLA inlines at each call
+    site: the compiled program is lineax's, but the user's function is traced once
+    per operator kind and signature in a trace rather than at every call site.
+    Outside any trace (eager code) `mv` runs that compiled `mv`, compiled once per
+    operator kind and signature and reused, rather than dispatching the function
+    operation by operation; as with `jax.jit`, Python state the function reads is
+    read when it is first compiled.
 
     !!! Example
 
@@ -32,11 +35,9 @@ class Lazy(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
-        if current_scope() is None:
-            # Eager: the compiled `mv`, compiled once per operator kind and
-            # signature (op-by-op dispatch of an expensive function is slow).
-            return marked_mv(operator, vector)
-        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+        # Eagerly, the compiled `mv` (op-by-op dispatch of an expensive function is
+        # slow); under a trace, one marked call per site, which XLA inlines.
+        return marked_mv(operator, vector, inline_mv)
 
 
 Lazy.__init__.__doc__ = """**Arguments:** None."""

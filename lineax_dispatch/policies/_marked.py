@@ -8,6 +8,9 @@ many call sites there are, and each call site is one recognisable `jit` equation
 rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
 """
 
+import contextvars
+import copy
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +21,7 @@ from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
 from .._compat import root_trace_ref
-from ._base import RawMv
+from ._base import AbstractPolicy, RawMv
 
 
 # The name of every marked call's equation in a traced program.
@@ -56,7 +59,7 @@ def current_scope() -> TraceScope | None:
 
 def _apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
     static, _ = key
-    return hashable_combine(dynamic, static)(vector)
+    return hashable_combine(dynamic, static.static)(vector)
 
 
 def named_marked(name: str) -> Callable:
@@ -82,7 +85,12 @@ def named_marked(name: str) -> Callable:
     return jax.jit(apply, static_argnums=0)
 
 
+# The marked call of `Roll` operators: `lxd.jit` rolls its call sites.
 lineax_dispatch_mv = named_marked(MARKED_NAME)
+# The marked call of operators applied inline (`Lazy`, and `Auto` under a plain
+# `jax.jit`): traced once per trace, inlined by XLA; `lxd.jit` leaves it as it is.
+INLINE_NAME = MARKED_NAME + "_inline"
+inline_mv = named_marked(INLINE_NAME)
 
 
 def is_marked(eqn: Any) -> bool:
@@ -104,6 +112,75 @@ def is_marked(eqn: Any) -> bool:
     )
 
 
+class _StaticKey:
+    """An operator's static part as a jit cache key, hashed once: jax hashes a
+    static argument at every call, and an operator's static part (functions,
+    jaxprs, structures) is slow to hash."""
+
+    def __init__(self, static: Any):
+        self.static = static
+        self._hash = hash(static)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other or (
+            isinstance(other, _StaticKey)
+            and self._hash == other._hash
+            and self.static == other.static
+        )
+
+
+def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
+    """`(arrays, static key)` of the plain lineax `mv` of `operator`: the key does
+    not depend on the operator's policy (which `mv` does not read), so an operator
+    and its copy with another policy share one compiled callee.
+
+    **Arguments:**
+
+    - `operator`: an operator of lineax-dispatch.
+
+    **Returns:**
+
+    The dynamic half (a PyTree of arrays) and a hashable key of the static half.
+    """
+    from ._lazy import Lazy
+
+    if isinstance(getattr(operator, "policy", None), AbstractPolicy):
+        # A shallow copy with its policy field replaced (as `dataclasses.replace`
+        # would, without rerunning the operator's `__init__`).
+        operator = copy.copy(operator)
+        object.__setattr__(operator, "policy", Lazy())
+    dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
+    return dynamic, _StaticKey(static)
+
+
+# Eager calls: id(operator) -> (weak reference, arrays, static key), so that an
+# operator applied again skips the partition and the hashing.
+_EAGER: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "lineax_dispatch_eager_mv", default=None
+)
+
+
+def _eager_parts(operator: Any) -> tuple[PyTree[Any], Any]:
+    cache = _EAGER.get()
+    if cache is None:
+        cache = {}
+        _EAGER.set(cache)
+    index = id(operator)
+    entry = cache.get(index)
+    if entry is not None and entry[0]() is operator:
+        return entry[1], entry[2]
+    dynamic, key = mv_parts(operator)
+    try:
+        ref = weakref.ref(operator, lambda _: cache.pop(index, None))
+    except TypeError:  # an object without weak references: no cache
+        return dynamic, key
+    cache[index] = (ref, dynamic, key)
+    return dynamic, key
+
+
 def marked_mv(
     operator: lx.AbstractLinearOperator,
     vector: PyTree[Any],
@@ -123,6 +200,7 @@ def marked_mv(
     The product. Eagerly, the compiled `mv` (compiled once per operator kind and
     signature, and reused); under a trace, one `lineax_dispatch_mv` equation.
     """
-    dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
     call = lineax_dispatch_mv if call is None else call
-    return call((static, current_scope()), dynamic, vector)
+    scope = current_scope()
+    dynamic, key = mv_parts(operator) if scope is not None else _eager_parts(operator)
+    return call((key, scope), dynamic, vector)

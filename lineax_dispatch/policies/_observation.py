@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 
-from ._base import RawMv
 from ._dense import EXPLICIT_OPERATORS
 from ._guard import operator_dtype
+from ._marked import current_scope, inline_mv, mv_parts
 from ._registry import cost_cache, is_leaf_array, operator_key
 
 
@@ -179,15 +179,21 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
     cache = cost_cache()
     if key in cache:
         return cache[key]
-    dynamic, static = eqx.partition(RawMv(operator), is_leaf_array)
-    dynamic = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dynamic)
-    vector = operator.in_structure()
-
-    def apply(dynamic, vector):
-        return eqx.combine(dynamic, static)(vector)
-
+    # Traced through the marked call that applies it inline (its key ignores the
+    # policy): a solve that applies `mv` inline in the same trace then reuses
+    # this trace of the user's function. One trace gives the jaxpr and the
+    # lowering.
+    dynamic, static = mv_parts(operator)
+    dynamic = jtu.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        dynamic,
+        is_leaf=is_leaf_array,
+    )
     try:
-        closed = jax.make_jaxpr(apply)(dynamic, vector)
+        traced = inline_mv.trace(
+            (static, current_scope()), dynamic, operator.in_structure()
+        )
+        closed = traced.jaxpr
     except Exception:  # an operator whose mv cannot be traced alone
         in_size, out_size = operator.in_size(), operator.out_size()
         itemsize = jnp.dtype(operator_dtype(operator)).itemsize
@@ -206,7 +212,7 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
     constant_bytes = cost["constant_bytes"]
     if constant_bytes <= _LOWER_CONSTANTS_LIMIT:
         try:
-            analysis = jax.jit(apply).lower(dynamic, vector).cost_analysis() or {}
+            analysis = traced.lower().cost_analysis() or {}
             if isinstance(analysis, list):  # older jax: one dict per computation
                 analysis = analysis[0] if analysis else {}
         except Exception:  # a backend without cost analysis

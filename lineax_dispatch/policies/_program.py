@@ -242,9 +242,12 @@ def plan_program(
                     record.operator
                 )
                 actions[key] = Action("materialise", policy.batch_size, arrays)
-        elif len(group.sites) >= 2 and (
-            group.name == MARKED_NAME or substantial(group.callee)
-        ):
-            # A `Roll` operator's sites, or a repeated function of the user's.
+        elif len(group.sites) < 2:
+            continue
+        elif group.name == MARKED_NAME:
+            actions[key] = Action("roll")  # a `Roll` operator's sites
+        elif not group.name.startswith(MARKED_NAME) and substantial(group.callee):
+            # A repeated function of the user's. (Other marked calls are applied
+            # inline: `Lazy` operators', or another `lxd.jit`'s.)
             actions[key] = Action("roll")
     return actions, autos
