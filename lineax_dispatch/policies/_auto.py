@@ -106,6 +106,7 @@ class Auto(AbstractPolicy):
         rollable: bool = False,
         key: Any = None,
         cost: dict[str, Any] | None = None,
+        out_structure: Any = None,
     ) -> Decision:
         """The decision for `operator` with the given use.
 
@@ -119,8 +120,8 @@ class Auto(AbstractPolicy):
         - `solves`: how many of the call sites are solves.
         - `rollable`: whether the call sites can be rolled into one loop body.
         - `key`: the operator's kind key, for the cache of cost analyses.
-        - `cost`: the cost of one `mv` if already known (see
-            [`lineax_dispatch.observe`][]).
+        - `cost`, `out_structure`: the cost of one `mv` and the output structure,
+            if already known (see [`lineax_dispatch.observe`][]).
 
         **Returns:**
 
@@ -139,6 +140,7 @@ class Auto(AbstractPolicy):
             rollable=rollable,
             key=key,
             cost=cost,
+            out_structure=out_structure,
         )
         return decide(observation, self.cost_model)
 

@@ -11,6 +11,7 @@ from ._budget import format_bytes
 from ._decide import Decision
 from ._jit import _CompileAware
 from ._observation import jaxpr_cost, observe
+from ._program import out_leaves
 from ._registry import site_text
 
 
@@ -115,7 +116,13 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
 
 
 def _row(
-    operator, decision: Decision, call_sites, executions, sites, cost=None
+    operator,
+    decision: Decision,
+    call_sites,
+    executions,
+    sites,
+    cost=None,
+    out_structure=None,
 ) -> ExplainRow:
     policy = operator.policy
     observation = observe(
@@ -124,10 +131,11 @@ def _row(
         call_sites=call_sites,
         executions=executions,
         cost=cost,
+        out_structure=out_structure,
     )
     return ExplainRow(
         operator=type(operator).__name__,
-        size=f"{operator.out_size()}x{operator.in_size()}",
+        size=f"{observation.out_size}x{observation.in_size}",
         dtype=observation.dtype,
         call_sites=call_sites,
         sites=tuple(sites),
@@ -198,6 +206,7 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
             a.group.executions,
             [site_text(site) for site in a.sites],
             jaxpr_cost(a.group.callee),
+            out_leaves(a.group.callee),
         )
         for a in autos
     ]

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend.core as jex
 
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
 from ._decide import Decision
@@ -14,12 +15,11 @@ from ._rewrite import rewrite_program, rolled_entry
 
 
 class Compiled(NamedTuple):
-    """What `lxd.jit` keeps per signature of its arguments: the compiled program,
-    the session it must run under (`None` once rewritten), its jit-cache context,
-    the output box and the decisions (per `Auto` operator kind)."""
+    """What `lxd.jit` keeps per signature of its arguments: the program (a
+    `jax.jit` of the traced and rewritten jaxpr), its jit-cache context, the output
+    box and the decisions (per `Auto` operator kind)."""
 
     jitted: Any
-    active: Session | None
     context: Any
     box: OutputBox
     decisions: dict[Any, Decision]
@@ -95,16 +95,11 @@ class _CompileAware:
             (jitted, box, context, traced), active, actions, autos = self.analyse(split)
             run = rewrite_program(traced.jaxpr, actions)
             if run is None:
-                # The traced program is the program: jax reuses its trace (under
-                # the same context and session).
-                entry = Compiled(
-                    jitted, active, context, box, _decisions(active, autos)
-                )
-            else:
-                # The rewritten program replaces the traced one: the user's
-                # function is not traced again.
-                rolled = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
-                entry = Compiled(rolled, None, context, box, _decisions(active, autos))
+                run = jex.jaxpr_as_fun(traced.jaxpr)
+            # The traced (and rewritten) program is compiled as it is: the user's
+            # function is not traced again.
+            program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
+            entry = Compiled(program, context, box, _decisions(active, autos))
             self._compiled[split.key] = entry
         return entry
 
@@ -113,11 +108,7 @@ class _CompileAware:
         entry = self._prepare(split)
         call = getattr(entry.jitted, method)
         with PASS_CONTEXT(entry.context):
-            if entry.active is None:
-                out = call(*split.dynamic_args, **split.dynamic_kwargs)
-            else:
-                with session(entry.active):
-                    out = call(*split.dynamic_args, **split.dynamic_kwargs)
+            out = call(*split.dynamic_args, **split.dynamic_kwargs)
         return entry.box.combine(out) if method == "__call__" else out
 
     def __call__(self, *args, **kwargs):

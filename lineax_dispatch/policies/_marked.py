@@ -9,7 +9,6 @@ rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
 """
 
 import contextvars
-import copy
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
 from .._compat import root_trace_ref
-from ._base import AbstractPolicy, RawMv
+from ._base import RawMv
 
 
 # The name of every marked call's equation in a traced program.
@@ -133,9 +132,7 @@ class _StaticKey:
 
 
 def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
-    """`(arrays, static key)` of the plain lineax `mv` of `operator`: the key does
-    not depend on the operator's policy (which `mv` does not read), so an operator
-    and its copy with another policy share one compiled callee.
+    """`(arrays, static key)` of the plain lineax `mv` of `operator`.
 
     **Arguments:**
 
@@ -145,13 +142,6 @@ def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
 
     The dynamic half (a PyTree of arrays) and a hashable key of the static half.
     """
-    from ._lazy import Lazy
-
-    if isinstance(getattr(operator, "policy", None), AbstractPolicy):
-        # A shallow copy with its policy field replaced (as `dataclasses.replace`
-        # would, without rerunning the operator's `__init__`).
-        operator = copy.copy(operator)
-        object.__setattr__(operator, "policy", Lazy())
     dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
     return dynamic, _StaticKey(static)
 

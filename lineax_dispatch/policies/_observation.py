@@ -10,7 +10,7 @@ import jax.tree_util as jtu
 import lineax as lx
 
 from ._dense import EXPLICIT_OPERATORS
-from ._guard import operator_dtype
+from ._guard import operator_dtype, promoted_dtype
 from ._marked import current_scope, inline_mv, mv_parts
 from ._registry import cost_cache, is_leaf_array, operator_key
 
@@ -179,10 +179,9 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
     cache = cost_cache()
     if key in cache:
         return cache[key]
-    # Traced through the marked call that applies it inline (its key ignores the
-    # policy): a solve that applies `mv` inline in the same trace then reuses
-    # this trace of the user's function. One trace gives the jaxpr and the
-    # lowering.
+    # Traced through the marked call that applies it inline: a later call in the
+    # same trace reuses this trace of the user's function. One trace gives the
+    # jaxpr and the lowering.
     dynamic, static = mv_parts(operator)
     dynamic = jtu.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -225,6 +224,10 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, A
     return cost
 
 
+def _size(structure: Any) -> int:
+    return sum(math.prod(x.shape) for x in jtu.tree_leaves(structure))
+
+
 def observe(
     operator: lx.AbstractLinearOperator,
     *,
@@ -238,6 +241,7 @@ def observe(
     with_cost: bool = True,
     key: Any = None,
     cost: dict[str, Any] | None = None,
+    out_structure: Any = None,
 ) -> Observation:
     """Builds the [`lineax_dispatch.Observation`][] of `operator`: its sizes, dtype
     and arrays, and the cost of one `mv` (from XLA's cost analysis of the lowered,
@@ -254,6 +258,9 @@ def observe(
     - `key`: the operator's key for the cost cache (computed when `None`).
     - `cost`: the cost of one `mv` where it is already known (as `mv_cost` gives
         it: `lxd.jit` reads it from the traced program), instead of tracing `mv`.
+    - `out_structure`: the operator's output structure where it is already known
+        (`lxd.jit` reads it from the traced program), instead of asking the
+        operator (which may trace its function for it).
 
     **Returns:**
 
@@ -268,7 +275,11 @@ def observe(
         print(o.mv_flops, o.matrix_bytes)
         ```
     """
-    dtype = jnp.dtype(operator_dtype(operator))
+    in_structure = operator.in_structure()
+    if out_structure is None:
+        out_structure = operator.out_structure()
+    leaves = jtu.tree_leaves((in_structure, out_structure))
+    dtype = jnp.dtype(promoted_dtype(*[x.dtype for x in leaves]))
     explicit = isinstance(operator, EXPLICIT_OPERATORS)
     operator_bytes = sum(
         math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
@@ -284,8 +295,8 @@ def observe(
         operator_bytes += cost["constant_bytes"]
     return Observation(
         kind=type(operator).__name__,
-        in_size=operator.in_size(),
-        out_size=operator.out_size(),
+        in_size=_size(in_structure),
+        out_size=_size(out_structure),
         dtype=dtype.name,
         itemsize=dtype.itemsize,
         memory_budget=int(memory_budget),

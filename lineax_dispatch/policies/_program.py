@@ -5,6 +5,7 @@ function of the user's), how often each runs, and what to do with each group."""
 import dataclasses
 from typing import Any
 
+import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
@@ -196,6 +197,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
         executions=group.executions,
         rollable=top_only and len(group.sites) >= 2,
         cost=jaxpr_cost(group.callee),
+        out_structure=out_leaves(group.callee),
     )
     allowed = {"Lazy"}
     if top_only and len(group.sites) >= 2:
@@ -203,6 +205,14 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     if top_only and _same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
     return _restrict(decision, allowed)
+
+
+def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:
+    """The leaves of an operator's output structure, read from its traced `mv`
+    (asking the operator may trace its function again)."""
+    return [
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.outvars
+    ]
 
 
 def _vector_leaves(operator: Any) -> int:

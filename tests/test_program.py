@@ -1,0 +1,214 @@
+"""`lxd.jit` with `Auto`: one trace, decisions read from the traced program, the
+program rewritten (rolled, or one matrix for the program, or left inline), and
+`jax.jit`'s results under jit, grad, jvp and vmap on the zoo of test_roll.py."""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+from .test_roll import _close, _count_dots, _loop, _operators, _sum, LAYERS, N, ZOO
+
+
+# Cost models under which each rewrite is the cheapest where it applies.
+_MODELS = {
+    "roll": lxd.CostModel(
+        compile_per_dot=10.0, materialise_fixed=1e3, outline_site=1e3
+    ),
+    "materialise": lxd.CostModel(
+        compile_per_dot=10.0, outline_site=1e3, roll_fixed=1e3
+    ),
+}
+
+# Programs whose jax.jit fails inside jax's own leak report (`eqx.error_if`).
+_NO_LEAK_CHECK = ("effects", "solve")
+
+
+def _scalar(f):
+    return lambda x: sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(f(x)))
+
+
+@pytest.mark.parametrize("model", list(_MODELS))
+@pytest.mark.parametrize("name", list(ZOO))
+def test_auto_programs_match_jax_jit(name, model):
+    auto_ops = _operators(lxd.Auto(cost_model=_MODELS[model]))
+    lazy_ops = _operators(lxd.Lazy())
+    program = ZOO[name]
+    auto = lambda x: program(auto_ops, x)
+    lazy = lambda x: program(lazy_ops, x)
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(auto)
+    if name in _NO_LEAK_CHECK:
+        out = compiled(x)
+    else:
+        with jax.checking_leaks():
+            out = compiled(x)
+    _close(out, jax.jit(lazy)(x))
+    strategies = {d.strategy for d in compiled.decisions(x).values()}
+    if name in ("dependent", "independent", "mixed"):
+        assert strategies == {"Roll" if model == "roll" else "Materialise"}
+    if name == "in-scan-and-cond":
+        # Sites inside loop bodies and branches stay inline.
+        assert strategies == {"Lazy"}
+    _close(jax.grad(lxd.jit(_scalar(auto)))(x), jax.jit(jax.grad(_scalar(lazy)))(x))
+    tangent = jnp.cos(x)
+    _close(
+        jax.jvp(lxd.jit(auto), (x,), (tangent,)),
+        jax.jvp(jax.jit(lazy), (x,), (tangent,)),
+    )
+    xs = jnp.stack([x, 2 * x, -x])
+    _close(jax.vmap(lxd.jit(auto))(xs), jax.jit(jax.vmap(lazy))(xs))
+
+
+@pytest.mark.parametrize("program", [_loop, _sum], ids=["dependent", "independent"])
+@pytest.mark.parametrize("sites", [1, 4, 16])
+def test_auto_traces_once_and_rolls(program, sites):
+    """Under `lxd.jit` with Auto the user's function is traced once, however many
+    sites; where Auto rolls them the compiled program holds one copy of its dot
+    products."""
+    counter = []
+    op = _operators(lxd.Auto(cost_model=_MODELS["roll"]), counter)[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(lambda x: program(op, x, sites))
+    out = compiled(x)
+    assert len(counter) == 1
+    lazy = _operators(lxd.Lazy())[0]
+    _close(out, jax.jit(lambda x: program(lazy, x, sites))(x))
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == ("Lazy" if sites == 1 else "Roll")
+    dots = _count_dots(compiled.lower(x))
+    assert dots == LAYERS
+    # The default Auto: traced once too.
+    counter.clear()
+    op = _operators(lxd.Auto(), counter)[0]
+    lxd.jit(lambda x: program(op, x, sites))(x)
+    assert len(counter) == 1
+
+
+def _counted(policy, counter, n=8):
+    a = jnp.asarray(np.eye(n) * 3 + 0.1)
+
+    def fn(x):
+        counter.append(1)
+        return a @ x
+
+    structure = jax.ShapeDtypeStruct((n,), jnp.float64)
+    op = lxd.FunctionLinearOperator(
+        fn,
+        structure,
+        lx.positive_semidefinite_tag,
+        closure_convert=False,
+        policy=policy,
+    )
+    counter.clear()  # lineax's shape evaluation at construction
+    return op, a
+
+
+@pytest.mark.parametrize("jit", [jax.jit, lxd.jit], ids=["jax.jit", "lxd.jit"])
+def test_solves_under_auto_trace_the_function_at_most_twice(jit):
+    """lineax traces a solve's operator twice (its primitive's abstract evaluation
+    and its lowering); under Auto every mv of lineax's solvers shares those. Our
+    solvers also take the cost of one mv for their decision, once per operator
+    kind: one more trace at the first solve, none at the next."""
+    solvers = {
+        "lx.CG": lx.CG(1e-10, 1e-10),
+        "lx.GMRES": lx.GMRES(1e-10, 1e-10),
+        "lx.BiCGStab": lx.BiCGStab(1e-10, 1e-10),
+        "lxd.CG": lxd.CG(1e-10, 1e-10),
+        "lxd.GMRES": lxd.GMRES(1e-10, 1e-10),
+        "lxd.LSMR": lxd.LSMR(1e-10, 1e-10),
+    }
+    b = jnp.arange(1.0, 9.0)
+    for name, solver in solvers.items():
+        counter = []
+        op, a = _counted(lxd.Auto(), counter)
+        f = jit(lambda b: lx.linear_solve(op, b, solver).value)
+        np.testing.assert_allclose(f(b), np.linalg.solve(a, b), rtol=1e-8)
+        first = len(counter)
+        assert first <= (3 if name.startswith("lxd") else 2), name
+        counter.clear()
+        jit(lambda b: lx.linear_solve(op, 2 * b, solver).value)(b)
+        assert len(counter) <= 2, name
+
+
+@pytest.mark.parametrize("policy", [lxd.Auto(), lxd.Lazy(), lxd.Roll()])
+def test_eager_mv_traces_once_for_three_calls(policy):
+    counter = []
+    op, a = _counted(policy, counter)
+    for scale in (1.0, 2.0, 3.0):
+        v = jnp.arange(8.0) * scale
+        np.testing.assert_allclose(op.mv(v), a @ v, rtol=1e-12)
+    assert len(counter) == 1
+
+
+def test_no_decision_depends_on_earlier_calls():
+    """Decisions depend on the program, the operator, the budget and the cost
+    model only: not on what was compiled or explained before."""
+    op = _operators(lxd.Auto())[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    one = lambda x: op.mv(x)
+    many = lambda x: _loop(op, x, 16)
+
+    def observe():
+        return (
+            lxd.jit(one).decisions(x),
+            op.policy.decision(op),
+            lxd.explain(op).rows[0].decision,
+            jax.jit(one).lower(x).as_text(),
+        )
+
+    before = observe()
+    lxd.jit(many)(x)
+    lxd.explain(many, x)
+    after = observe()
+    assert before == after
+
+
+def test_explain_reads_the_program():
+    op = _operators(lxd.Auto(cost_model=_MODELS["roll"]))[0]
+    x = jnp.linspace(0.1, 1.0, N)
+
+    def f(x):
+        y = _loop(op, x, 4)
+        return jax.lax.fori_loop(0, 3, lambda i, v: op.mv(v), y)
+
+    (row,) = lxd.explain(f, x).rows
+    # Four top-level sites and one in a loop body of three trips.
+    assert row.call_sites == 5 and row.executions == 7
+    # Sites in a loop body cannot be rolled with the others: inline.
+    assert row.decision.strategy == "Lazy"
+    assert any("test_roll.py" in site for site in row.sites)  # `_loop`'s line
+    assert any("test_program.py" in site for site in row.sites)
+    (row,) = lxd.explain(lambda x: _loop(op, x, 4), x).rows
+    assert row.decision.strategy == "Roll"
+    assert "Roll is cheapest" in row.decision.reasons[-1]
+
+
+def test_runs_weigh_run_time():
+    """Auto minimises compile + runs x run: a program run once may take a strategy
+    that compiles faster and runs slower; one run 100 times may not."""
+    observation = dict(
+        kind="FunctionLinearOperator",
+        in_size=256,
+        out_size=256,
+        dtype="float32",
+        itemsize=4,
+        memory_budget=1,
+        call_sites=4,
+        executions=4.0,
+        mv_flops=3.1e6,
+        mv_bytes=6.3e6,
+        mv_dots=24,
+        operator_bytes=6_300_000,
+    )
+    once = lxd.decide(lxd.Observation(**observation, runs=1.0))
+    often = lxd.decide(lxd.Observation(**observation, runs=100.0))
+    assert once.strategy == "Outline"
+    assert often.strategy == "Lazy"
+    rolled = lxd.decide(lxd.Observation(**observation, runs=100.0, rollable=True))
+    assert rolled.strategy == "Roll"
+    with pytest.raises(ValueError, match="runs"):
+        lxd.Auto(runs=0)
