@@ -26,10 +26,18 @@ MAX_STEPS = 200
 SHIFT = 0.02
 RHS_SCALE = 1 / 16
 POWER_ITERATIONS = 30
-FIXED = ("Lazy", "Outline", "Materialise")
+FIXED = ("Lazy", "Outline", "Materialise", "Roll")
 BASELINE = "lineax"
-AUTO = "Auto"
-VARIANTS = FIXED + (BASELINE, AUTO)
+AUTO = "Auto"  # Auto() : runs=100, the default
+AUTO_ONCE = "Auto1"  # Auto(runs=1)
+AUTOS = (AUTO_ONCE, AUTO)
+VARIANTS = FIXED + (BASELINE,) + AUTOS
+# Variants compiled with `lxd.jit` (Roll only acts there); the others with jax.jit.
+LXD_JIT = ("Roll",) + AUTOS
+# How each case is scored: compile total + runs x run, for these runs, and the Auto
+# variant that is told that number of runs.
+SCORES = (1, 100)
+AUTO_FOR = {1: AUTO_ONCE, 100: AUTO}
 
 
 # --------------------------------------------------------------------------------------
@@ -132,7 +140,9 @@ def build_operator(variant: str, data: OperatorData, workload: str):
         "Lazy": lxd.Lazy(),
         "Outline": lxd.Outline(),
         "Materialise": lxd.Materialise(batch_size=MATERIALISE_BATCH),
+        "Roll": lxd.Roll(),
         AUTO: lxd.Auto(),
+        AUTO_ONCE: lxd.Auto(runs=1),
     }[variant]
     return lxd.FunctionLinearOperator(
         fn, structure, tags, closure_convert=False, policy=policy

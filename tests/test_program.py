@@ -212,3 +212,20 @@ def test_runs_weigh_run_time():
     assert rolled.strategy == "Roll"
     with pytest.raises(ValueError, match="runs"):
         lxd.Auto(runs=0)
+
+
+def test_nested_static_and_donated():
+    op = _operators(lxd.Auto(cost_model=_MODELS["roll"]))[0]
+    lazy = _operators(lxd.Lazy())[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    inner = lxd.jit(lambda x: _loop(op, x, 4))
+    outer = lxd.jit(lambda x: inner(x) + _sum(op, x, 3))
+    expected = jax.jit(lambda x: _loop(lazy, x, 4) + _sum(lazy, x, 3))(x)
+    _close(outer(x), expected)
+
+    @lxd.jit(static_argnums=1, donate_argnums=0)
+    def f(x, k):
+        return _loop(op, x, k)
+
+    for k in (2, 3):
+        _close(f(jnp.ones(N), k), jax.jit(lambda x: _loop(lazy, x, k))(jnp.ones(N)))

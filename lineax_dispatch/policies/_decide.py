@@ -146,7 +146,9 @@ def materialise_memory(o: Observation, chunk: int) -> int:
     return o.matrix_bytes + int(chunk * per_column)
 
 
-def _build_chunk(o: Observation, model: CostModel) -> int | None:
+def build_chunk(o: Observation, model: CostModel) -> int | None:
+    """The most columns (up to `model.build_chunk`) a matrix build may compute
+    together within the memory budget; `None` if even one does not fit."""
     chunk = min(o.in_size, model.build_chunk)
     while chunk >= 1:
         if materialise_memory(o, chunk) <= o.memory_budget:
@@ -201,7 +203,7 @@ def estimates(
             ),
         )
     )
-    chunk = _build_chunk(o, model)
+    chunk = build_chunk(o, model)
     if chunk is None:
         out["Materialise"] = None
     else:
@@ -275,7 +277,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     )
     reasons.append(f"{best} is cheapest: ~{totals[best]:.3g} s ({others}).")
     if best == "Materialise":
-        policy: AbstractPolicy = Materialise(batch_size=_build_chunk(o, model))
+        policy: AbstractPolicy = Materialise(batch_size=build_chunk(o, model))
     else:
         policy = {"Lazy": Lazy(), "Outline": Outline(), "Roll": Roll()}[best]
     return Decision(
@@ -293,7 +295,7 @@ def _decide_batch(o: Observation, model: CostModel) -> Decision:
     per_vector = _workspace(o)
     budget = o.memory_budget
     if not o.explicit and o.batch >= o.in_size:
-        chunk = _build_chunk(o, model)
+        chunk = build_chunk(o, model)
         if chunk is not None:
             needed = materialise_memory(o, chunk)
             return Decision(

@@ -9,11 +9,11 @@ import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
-from ._decide import Decision
+from ._decide import build_chunk, decide, Decision
 from ._lazy import Lazy
 from ._marked import is_marked, MARKED_NAME
 from ._materialise import Materialise
-from ._observation import jaxpr_cost
+from ._observation import jaxpr_cost, observe
 from ._registry import AutoRecord, equation_site, Session
 from ._roll_plan import call_group
 from ._roll_policy import Roll
@@ -129,11 +129,16 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
     return groups
 
 
+# Primitives that count as substantial work wherever they appear: a dot product,
+# and lineax's linear solve (whose solver's loop is not a sub-jaxpr of it).
+_HEAVY = ("dot_general", "linear_solve")
+
+
 def _size(jaxpr: Any) -> tuple[int, bool]:
     count, dots = 0, False
     for eqn in jaxpr.eqns:
         count += 1
-        dots = dots or eqn.primitive.name == "dot_general"
+        dots = dots or eqn.primitive.name in _HEAVY
         for sub in jex.jaxprs_in_params(eqn.params):
             c, d = _size(sub)
             count, dots = count + c, dots or d
@@ -141,7 +146,8 @@ def _size(jaxpr: Any) -> tuple[int, bool]:
 
 
 def substantial(callee: Any) -> bool:
-    """Whether a user's function is worth rolling: a dot product, or at least
+    """Whether a user's function is worth rolling: a dot product or a linear solve
+    (lineax's `linear_solve` is such a function), or at least
     `MIN_CALLEE_EQUATIONS` equations."""
     count, dots = _size(callee.jaxpr)
     return dots or count >= MIN_CALLEE_EQUATIONS
@@ -156,9 +162,10 @@ def _same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
     return found is not None and all(p >= arrays for p in found[2])
 
 
-def _restrict(decision: Decision, allowed: set[str]) -> Decision:
+def _restrict(decision: Decision, allowed: set[str], chunk: int | None) -> Decision:
     """`decision`, or the cheapest of its estimates among `allowed` strategies if it
-    chose another (a strategy the rewrite cannot apply to these sites)."""
+    chose another (a strategy the rewrite cannot apply to these sites); `chunk` is
+    the build's chunk of columns should that be `Materialise`."""
     if decision.strategy in allowed:
         return decision
     totals = {name: t for name, t in decision.estimates if t is not None}
@@ -167,7 +174,10 @@ def _restrict(decision: Decision, allowed: set[str]) -> Decision:
         key=lambda name: (totals[name], name != "Lazy"),
         default="Lazy",
     )
-    policy = Roll() if best == "Roll" else Lazy()
+    policy = {
+        "Roll": Roll(),
+        "Materialise": Materialise(batch_size=chunk),
+    }.get(best, Lazy())
     note = (
         f"{decision.strategy} cannot be applied to these call sites here; {best} "
         "is the cheapest that can."
@@ -191,20 +201,24 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     operator = record.operator
     top_only = not group.nested
     arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
-    decision = operator.policy.decision(
+    policy = operator.policy
+    observation = observe(
         operator,
+        memory_budget=policy.budget(),
         call_sites=group.call_sites,
         executions=group.executions,
+        runs=policy.runs,
         rollable=top_only and len(group.sites) >= 2,
         cost=jaxpr_cost(group.callee),
         out_structure=out_leaves(group.callee),
     )
+    decision = decide(observation, policy.cost_model)
     allowed = {"Lazy"}
     if top_only and len(group.sites) >= 2:
         allowed.add("Roll")
     if top_only and _same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
-    return _restrict(decision, allowed)
+    return _restrict(decision, allowed, build_chunk(observation, policy.cost_model))
 
 
 def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:
