@@ -68,6 +68,8 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
         if rewrite is None:
             return run
         run = rewrite
+        if all(key in done for key, _ in pending):
+            return run  # no other group to look for
         # Other groups may remain at the top level: look again in the rewritten
         # program (groups whose sites were between the calls are now in the loop).
         # Each pass handles one group, so this ends.
