@@ -45,6 +45,16 @@ def _close(a, b, dtype):
     return all(jax.tree_util.tree_leaves(ok))
 
 
+@ft.cache
+def _reference_mvs(kind, dtype):
+    """Plain lineax's `mv` of a vector and of a stack of two (vmapped); the same for
+    every policy, so computed once."""
+    plain = build(kind, dispatch=False, dtype=dtype)
+    x = vector(plain)
+    xs = jax.tree_util.tree_map(lambda leaf: jnp.stack([leaf, 2 * leaf]), x)
+    return x, xs, plain.mv(x), jax.vmap(plain.mv)(xs)
+
+
 @kinds
 @policies
 @real_dtypes
@@ -53,14 +63,12 @@ def test_mv_jit_vmap(kind, policy, dtype):
     assert isinstance(ours, type(plain))
     assert isinstance(ours, lxd.AbstractDispatchOperator)
     assert ours.policy == POLICIES[policy]
-    x = vector(plain)
-    expected = plain.mv(x)
+    x, xs, expected, expected_batched = _reference_mvs(kind, dtype)
     with jax.checking_leaks():
         assert _close(ours.mv(x), expected, dtype)
         assert _close(jax.jit(lambda v: ours.mv(v))(x), expected, dtype)
-        xs = jax.tree_util.tree_map(lambda leaf: jnp.stack([leaf, 2 * leaf]), x)
         batched = jax.vmap(ours.mv)(xs)
-        assert _close(batched, jax.vmap(plain.mv)(xs), dtype)
+        assert _close(batched, expected_batched, dtype)
 
 
 @kinds
@@ -156,45 +164,61 @@ def _iterative(kind):
     return "CG" if KINDS[kind] is not None else "GMRES"
 
 
+def _grad_solver_names(kind):
+    # Direct-solver gradients on a representative subset of kinds, to bound the
+    # suite's time; the iterative solver on every kind.
+    names = [_iterative(kind)]
+    if kind in ("matrix", "function", "jacobian", "composed", "add"):
+        names.insert(0, "LU")
+    return names
+
+
 def _stack(b):
     return jax.tree_util.tree_map(lambda leaf: jnp.stack([leaf, -leaf, 2 * leaf]), b)
 
 
-@ft.cache
-def _reference_grads(kind, name):
+def _grad_checks(kind, policy, dispatch):
+    """For each solver of `_grad_solver_names`: the gradient of the solution's
+    squared norm with respect to the operator's scale and the right-hand side, and
+    (iterative solvers) that gradient with respect to the right-hand side vmapped
+    over three right-hand sides; all in one compiled call."""
     b = vector(build(kind, dispatch=False).T, seed=3)
-    loss = ft.partial(_solve_loss, kind, name, None)
-    grads = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(1.3, b, False)
-    if name == "LU":  # direct-solver gradients are not batched below
-        return b, grads, None
-    batched = jax.jit(jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, False)))(
-        _stack(b)
-    )
-    return b, grads, batched
+
+    @jax.jit
+    def run(t, b, bs):
+        out = {}
+        for name in _grad_solver_names(kind):
+            loss = ft.partial(_solve_loss, kind, name, policy, dispatch=dispatch)
+            grads = jax.grad(loss, argnums=(0, 1))(t, b)
+            batched = None
+            if name != "LU":  # direct-solver gradients are not batched
+                batched = jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(t, rhs))(bs)
+            out[name] = (grads, batched)
+        return out
+
+    return run(1.3, b, _stack(b))
+
+
+@ft.cache
+def _reference_grads(kind):
+    """Plain lineax's gradients; the same for every policy, so computed once."""
+    return _grad_checks(kind, None, False)
 
 
 @kinds
 @solve_policies
 def test_vmap_and_grad_through_solve(kind, policy):
     """grad with respect to a parameter of the operator and to the right-hand side
-    (an iterative solver, and LU on some kinds), and vmap of that over right-hand sides (iterative
-    solver), through `lx.linear_solve`, against plain lineax."""
-    # Direct-solver gradients on a representative subset of kinds, to bound the
-    # suite's time; the iterative solver on every kind.
-    names = [_iterative(kind)]
-    if kind in ("matrix", "function", "jacobian", "composed", "add"):
-        names.insert(0, "LU")
-    for name in names:
-        b, expected, expected_batched = _reference_grads(kind, name)
-        loss = ft.partial(_solve_loss, kind, name, policy)
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
-        with jax.checking_leaks():
-            got = grad(1.3, b, True)
-        assert _close(got, expected, jnp.float64), name
+    (an iterative solver, and LU on some kinds), and vmap of that over right-hand
+    sides (iterative solver), through `lx.linear_solve`, against plain lineax."""
+    expected = _reference_grads(kind)
+    with jax.checking_leaks():
+        got = _grad_checks(kind, policy, True)
+    assert set(got) == set(expected) == set(_grad_solver_names(kind))
+    for name, (grads, batched) in got.items():
+        expected_grads, expected_batched = expected[name]
+        assert _close(grads, expected_grads, jnp.float64), name
         if name != "LU":
-            batched = jax.jit(
-                jax.vmap(lambda rhs: jax.grad(loss, argnums=1)(1.3, rhs, True))
-            )(_stack(b))
             assert _close(batched, expected_batched, jnp.float64), name
 
 
@@ -216,31 +240,37 @@ def test_complex(kind, policy):
         assert _close(got[name], expected[name], dtype), name
 
 
+def _sin_sum_of_mv(op, v):
+    return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree_util.tree_leaves(op.mv(v)))
+
+
+def _mv_derivatives(op, x, y):
+    """Eagerly: the gradient of `_sin_sum_of_mv` with respect to the vector, the
+    linear transpose of `mv` at `y`, and the gradient's leaves with respect to the
+    operator."""
+    grad_x = jax.grad(_sin_sum_of_mv, argnums=1)(op, x)
+    (ct,) = jax.linear_transpose(op.mv, x)(y)
+    grads = eqx.filter_grad(lambda op: _sin_sum_of_mv(op, x))(op)
+    return grad_x, ct, jax.tree_util.tree_leaves(grads)
+
+
+@ft.cache
+def _reference_mv_derivatives(kind):
+    """Plain lineax's; the same for every policy, so computed once."""
+    plain = build(kind, dispatch=False)
+    x, y = vector(plain), vector(plain.T)
+    return x, y, _mv_derivatives(plain, x, y)
+
+
 @kinds
 @policies
 def test_grad_of_mv_and_linear_transpose(kind, policy):
-    ours, plain = _pair(kind, policy)
-    x = vector(plain)
-
-    def f(op, v):
-        return sum(
-            jnp.sum(jnp.sin(leaf)) for leaf in jax.tree_util.tree_leaves(op.mv(v))
-        )
-
-    assert _close(
-        jax.grad(f, argnums=1)(ours, x), jax.grad(f, argnums=1)(plain, x), jnp.float64
-    )
-    y = vector(plain.T)
-    (ct,) = jax.linear_transpose(ours.mv, x)(y)
-    (ct_plain,) = jax.linear_transpose(plain.mv, x)(y)
-    assert _close(ct, ct_plain, jnp.float64)
-    grads = eqx.filter_grad(lambda op: f(op, x))(ours)
-    grads_plain = eqx.filter_grad(lambda op: f(op, x))(plain)
-    assert _close(
-        jax.tree_util.tree_leaves(grads),
-        jax.tree_util.tree_leaves(grads_plain),
-        jnp.float64,
-    )
+    ours = build(kind, dispatch=True, policy=POLICIES[policy])
+    x, y, expected = _reference_mv_derivatives(kind)
+    grad_x, ct, grads = _mv_derivatives(ours, x, y)
+    assert _close(grad_x, expected[0], jnp.float64)
+    assert _close(ct, expected[1], jnp.float64)
+    assert _close(grads, expected[2], jnp.float64)
 
 
 @kinds

@@ -13,6 +13,7 @@ from jaxtyping import Array, Inexact, PyTree
 from .._validate import check_positive_int
 from ._base import RawMv
 from ._guard import check_dense_budget
+from ._marked import current_scope
 
 
 # Operators that already hold their entries: their own `mv` is the materialised one.
@@ -36,6 +37,35 @@ def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
     return flat, unravel
 
 
+def build_dense_matrix(
+    operator: lx.AbstractLinearOperator, batch_size: int | None
+) -> Inexact[Array, "out in"]:
+    """[`lineax_dispatch.dense_matrix`][]'s build, without its budget check (for
+    callers that have checked it) and traced inline."""
+    flat_in, unravel_in = _flat_spec(operator.in_structure())
+    raw = RawMv(operator)
+
+    size = flat_in.size
+
+    def column(index):
+        # The basis vector is made inside the chunk: no full identity in memory.
+        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
+        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
+        return out
+
+    indices = jnp.arange(size)
+    if batch_size is None or batch_size >= size:
+        columns = jax.vmap(column)(indices)
+    else:
+        columns = lax.map(column, indices, batch_size=batch_size)
+    return columns.T
+
+
+# Compiled once per operator kind and signature (its static part, the shapes of its
+# arrays and `batch_size`) and reused by every eager build; jax holds the cache.
+_compiled_build = eqx.filter_jit(build_dense_matrix)
+
+
 def dense_matrix(
     operator: lx.AbstractLinearOperator, batch_size: int | None = None
 ) -> Inexact[Array, "out in"]:
@@ -45,6 +75,11 @@ def dense_matrix(
     This is how [`lineax_dispatch.Materialise`][] builds its matrix: the operator's
     lineax `mv` is applied to basis vectors directly, whatever its policy, and
     operators nested in it are applied inline.
+
+    Outside any trace (eager code) a chunked build runs compiled, compiled once per
+    operator kind and signature and reused; as with `jax.jit` (and eager `mv` under
+    [`lineax_dispatch.Lazy`][]), Python state the function reads is read when it is
+    first compiled.
 
     **Arguments:**
 
@@ -77,23 +112,19 @@ def dense_matrix(
         batch_size=batch_size,
         with_build=True,
     )
-    flat_in, unravel_in = _flat_spec(operator.in_structure())
-    raw = RawMv(operator)
+    if compile_eagerly(operator, batch_size):
+        return _compiled_build(operator, batch_size)
+    return build_dense_matrix(operator, batch_size)
 
-    size = flat_in.size
 
-    def column(index):
-        # The basis vector is made inside the chunk: no full identity in memory.
-        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
-        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
-        return out
-
-    indices = jnp.arange(size)
-    if batch_size is None or batch_size >= size:
-        columns = jax.vmap(column)(indices)
-    else:
-        columns = lax.map(column, indices, batch_size=batch_size)
-    return columns.T
+def compile_eagerly(
+    operator: lx.AbstractLinearOperator, batch_size: int | None
+) -> bool:
+    """Whether an eager build is run compiled: outside any trace, in chunks (an
+    eager `lax.map` would trace and compile its body at every build; the
+    all-at-once `vmap` runs operation by operation, cheaper for a single build)."""
+    chunked = batch_size is not None and batch_size < operator.in_size()
+    return chunked and current_scope() is None
 
 
 def dense_mv(

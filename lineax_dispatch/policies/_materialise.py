@@ -8,12 +8,31 @@ from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
 from ._budget import parse_memory_budget, resolve_budget
-from ._dense import check_batch_size, dense_matrix, dense_mv, EXPLICIT_OPERATORS
+from ._dense import (
+    build_dense_matrix,
+    check_batch_size,
+    compile_eagerly,
+    dense_mv,
+    EXPLICIT_OPERATORS,
+)
 from ._guard import check_dense_budget
 
 
 def _budget_or_none(value: Any) -> int | None:
     return None if value is None else parse_memory_budget(value)
+
+
+def _materialised_mv(
+    operator: lx.AbstractLinearOperator, vector: PyTree[Any], batch_size: int | None
+) -> PyTree[Any]:
+    matrix = build_dense_matrix(operator, batch_size)
+    return dense_mv(matrix, vector, operator.out_structure())
+
+
+# Eager chunked `mv`: the build and the matmul as one compiled call, compiled
+# once per operator kind and signature and reused (an eager chunked build would
+# retrace its `lax.map` at every call); jax holds the cache.
+_compiled_mv = eqx.filter_jit(_materialised_mv)
 
 
 class Materialise(AbstractPolicy):
@@ -27,6 +46,9 @@ class Materialise(AbstractPolicy):
     The matrix is built at each `mv` call site, and again at each execution inside
     a loop: under [`lineax_dispatch.jit`][], [`lineax_dispatch.Auto`][] builds it
     once per program instead, and [`lineax_dispatch.batch_solve`][] once per batch.
+    Outside any trace (eager code) a chunked `mv` runs one compiled build and
+    matmul, compiled once per operator kind and signature and reused; as with
+    `jax.jit`, Python state the function reads is read when it is first compiled.
 
     !!! Example
 
@@ -81,8 +103,9 @@ class Materialise(AbstractPolicy):
         if isinstance(operator, EXPLICIT_OPERATORS):
             return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
         self.check_memory(operator)
-        matrix = dense_matrix(operator, self.batch_size)
-        return dense_mv(matrix, vector, operator.out_structure())
+        if compile_eagerly(operator, self.batch_size):
+            return _compiled_mv(operator, vector, self.batch_size)
+        return _materialised_mv(operator, vector, self.batch_size)
 
 
 Materialise.__init__.__doc__ = """**Arguments:**
