@@ -1,4 +1,7 @@
 import gc
+import os
+import shutil
+import tempfile
 
 import jax
 import pytest
@@ -6,6 +9,25 @@ import pytest
 
 # float64 cases need x64; float32 cases create float32 arrays explicitly.
 jax.config.update("jax_enable_x64", True)
+
+# One compilation cache for the run, shared by the xdist workers: many tests compile
+# the same program (plain lineax's references in each worker; the policies that
+# apply `mv` inline compile to the same HLO), and XLA compiles each once. Keyed by
+# the program and the compile options, so it changes no result; programs with host
+# callbacks are not cached. Removed at the end of the run.
+# The controller makes the folder when it imports this file; the workers it starts
+# inherit the variable.
+_CACHE = os.environ.setdefault(
+    "LINEAX_DISPATCH_TEST_CACHE", tempfile.mkdtemp(prefix="lineax-dispatch-tests-")
+)
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, not a worker
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

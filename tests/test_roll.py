@@ -155,19 +155,30 @@ def test_rolled_programs_match_jax_jit(name):
     scalar = lambda f: (
         lambda x: sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(f(x)))
     )
-    _close(jax.grad(lxd.jit(scalar(rolled)))(x), jax.jit(jax.grad(scalar(lazy)))(x))
-    _close(lxd.jit(jax.grad(scalar(rolled)))(x), jax.jit(jax.grad(scalar(lazy)))(x))
     tangent = jnp.cos(x)
-    _close(
-        jax.jvp(lxd.jit(rolled), (x,), (tangent,)),
-        jax.jvp(jax.jit(lazy), (x,), (tangent,)),
-    )
     xs = jnp.stack([x, 2 * x, -x])
-    _close(jax.vmap(lxd.jit(rolled))(xs), jax.jit(jax.vmap(lazy))(xs))
-    _close(lxd.jit(jax.vmap(rolled))(xs), jax.jit(jax.vmap(lazy))(xs))
-    # Nested: an lxd.jit program called from another.
-    inner = lxd.jit(rolled)
-    _close(lxd.jit(lambda x: inner(x))(x), jax.jit(lazy)(x))
+
+    def transformed(f, jit):
+        # Transformations of `lxd.jit` programs and `lxd.jit` of transformed ones,
+        # and an `lxd.jit` program called from another, compiled together (each
+        # inner `lxd.jit` traces and rewrites its program inside the outer trace).
+        def run(x, tangent, xs):
+            inner = jit(f)
+            return (
+                jax.grad(jit(scalar(f)))(x),
+                jit(jax.grad(scalar(f)))(x),
+                jax.jvp(jit(f), (x,), (tangent,)),
+                jax.vmap(jit(f))(xs),
+                jit(jax.vmap(f))(xs),
+                jit(lambda x: inner(x))(x),
+            )
+
+        return run
+
+    _close(
+        jax.jit(transformed(rolled, lxd.jit))(x, tangent, xs),
+        jax.jit(transformed(lazy, lambda f: f))(x, tangent, xs),
+    )
 
 
 def _count_dots(lowered):
