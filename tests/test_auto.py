@@ -85,8 +85,9 @@ _EXPENSIVE_LARGE = dict(
         ),
         # Materialise over budget is never chosen.
         (_obs(call_sites=16, executions=16.0, memory_budget=10**5), "Outline"),
-        # Solves: many iterations of an expensive mv pay for a build.
-        (_obs(executions=64.0, solves=1, **_EXPENSIVE_LARGE), "Materialise"),
+        # Solves: many iterations of an expensive mv pay for a build (at 64 the
+        # two are within 1% under the default model).
+        (_obs(executions=128.0, solves=1, **_EXPENSIVE_LARGE), "Materialise"),
         # Many vectors at once: lockstep, chunks, or one at a time.
         (_obs(batch=64), "VmapBatch"),
         (_obs(batch=64, memory_budget=100_000), "VmapBatch"),

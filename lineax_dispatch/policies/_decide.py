@@ -67,7 +67,7 @@ class CostModel(eqx.Module):
     """
 
     flops_per_second: float = 1.5e11
-    bytes_per_second: float = 1.5e10
+    bytes_per_second: float = 2e10
     compile_per_dot: float = 6e-3
     compile_per_op: float = 2e-4
     compile_per_batched_dot: float = 5e-4
@@ -188,9 +188,19 @@ def estimates(
         "Lazy": (k * copy, runs * run_mv),
     }
     if o.rollable and k >= 2:
+        if o.stackable:
+            # One batched call: the flops of every execution, the operator's
+            # arrays read once per execution of a site.
+            reads = runs / k
+            roll_run = max(
+                runs * o.mv_flops / model.flops_per_second,
+                reads * o.mv_bytes / model.bytes_per_second,
+            )
+        else:
+            roll_run = runs * run_mv
         out["Roll"] = (
             copy + model.roll_fixed + k * model.roll_site,
-            runs * run_mv + k * model.roll_step,
+            roll_run + k * model.roll_step,
         )
     out.update(
         Outline=(

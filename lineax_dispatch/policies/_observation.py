@@ -50,6 +50,9 @@ class Observation(eqx.Module):
     - `rollable`: whether the call sites can become one loop body (under
         [`lineax_dispatch.jit`][], two or more sites at the top level of the
         program), making `Roll` a candidate.
+    - `stackable`: whether those sites are also independent of each other, so that
+        `Roll` applies them as one batched call, reading the operator's arrays once
+        for all of them.
     - `mv_flops`, `mv_bytes`: cost of one `mv` from XLA's `cost_analysis()` of the
         lowered function (or an estimate where the backend gives none).
     - `mv_dots`, `mv_ops`: how many dot products and other operations one `mv`
@@ -75,6 +78,7 @@ class Observation(eqx.Module):
     solves: int = 0
     runs: float = 1.0
     rollable: bool = False
+    stackable: bool = False
     mv_flops: float = 0.0
     mv_bytes: float = 0.0
     mv_dots: int = 0
@@ -238,6 +242,7 @@ def observe(
     solves: int = 0,
     runs: float = 1.0,
     rollable: bool = False,
+    stackable: bool = False,
     with_cost: bool = True,
     key: Any = None,
     cost: dict[str, Any] | None = None,
@@ -251,8 +256,8 @@ def observe(
 
     - `operator`: the operator.
     - `memory_budget`: bytes.
-    - `call_sites`, `executions`, `batch`, `solves`, `runs`, `rollable`: as
-        observed or expected (see the fields of [`lineax_dispatch.Observation`][]).
+    - `call_sites`, `executions`, `batch`, `solves`, `runs`, `rollable`,
+        `stackable`: as observed or expected (see the fields of [`lineax_dispatch.Observation`][]).
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
     - `key`: the operator's key for the cost cache (computed when `None`).
@@ -306,6 +311,7 @@ def observe(
         solves=int(solves),
         runs=float(runs),
         rollable=bool(rollable),
+        stackable=bool(stackable and rollable),
         mv_flops=0.0 if cost is None else cost["flops"],
         mv_bytes=0.0 if cost is None else cost["bytes"],
         mv_dots=0 if cost is None else cost["dots"],

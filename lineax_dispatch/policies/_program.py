@@ -17,6 +17,7 @@ from ._observation import jaxpr_cost, observe
 from ._registry import AutoRecord, equation_site, Session
 from ._roll_plan import call_group
 from ._roll_policy import Roll
+from ._stack import plan_stack
 
 
 # Expected trips of a `while` loop (a solver's, a fixed point's) whose count the
@@ -202,13 +203,15 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     top_only = not group.nested
     arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
     policy = operator.policy
+    rollable = top_only and len(group.sites) >= 2
     observation = observe(
         operator,
         memory_budget=policy.budget(),
         call_sites=group.call_sites,
         executions=group.executions,
         runs=policy.runs,
-        rollable=top_only and len(group.sites) >= 2,
+        rollable=rollable,
+        stackable=rollable and plan_stack(jaxpr, group.sites) is not None,
         cost=jaxpr_cost(group.callee),
         out_structure=out_leaves(group.callee),
     )
