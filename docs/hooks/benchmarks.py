@@ -186,9 +186,10 @@ def _solvers(data: dict) -> str:
 
 
 def _auto(data: dict) -> str:
-    s = data["summary"]
+    scores = data["summary"]  # per number of runs: "1", "100"
     summary = _table(
         (
+            "score",
             "cases",
             "Auto / best, median",
             "Auto / best, worst",
@@ -197,19 +198,28 @@ def _auto(data: dict) -> str:
         ),
         [
             (
+                f"compile + {runs} x run",
                 s["cases"],
                 f"{s['median_auto_over_best']:.2f}x",
                 f"{s['worst_auto_over_best']:.2f}x ({s['worst_case']})",
                 f"{s['auto_picked_best']} of {s['cases']}",
                 f"{s['median_lineax_over_best']:.2f}x",
             )
+            for runs, s in scores.items()
         ],
     )
     worst = _table(
-        ("case", "best", "Auto chose", "Auto / best"),
+        ("score", "case", "best", "Auto chose", "Auto / best"),
         [
-            (w["case"], w["best"], w["auto_choice"], f"{w['auto_over_best']:.2f}x")
-            for w in data["worst_cases"]
+            (
+                f"{runs} run(s)",
+                w["case"],
+                w["best"],
+                w["auto_choice"],
+                f"{w['auto_over_best']:.2f}x",
+            )
+            for runs, cases in data["worst_cases"].items()
+            for w in cases
         ],
     )
     out = f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
