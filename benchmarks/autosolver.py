@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "examples"))
 
 import bratu  # noqa: E402
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import lineax as lx  # noqa: E402
 from _common import environment, print_setup, time_program, write_results  # noqa: E402

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-import lineax_dispatch.policies._auto as auto_module
 
 
 def _obs(**kw):
@@ -148,7 +147,10 @@ def test_explicit_materialise_over_budget_raises():
         jax.ShapeDtypeStruct((100,), jnp.float32),
         policy=lxd.Materialise(memory_budget=1000),
     )
-    with pytest.raises(ValueError, match=r"needs .* over the memory budget of its `Materialise` policy: 1 KB"):
+    with pytest.raises(
+        ValueError,
+        match=r"needs .* over the memory budget of its `Materialise` policy: 1 KB",
+    ):
         op.mv(jnp.ones(100, jnp.float32))
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
+
 # Every test here runs under lineax's strict dtype and rank promotion.
 pytestmark = pytest.mark.usefixtures("strict_promotion")
 
