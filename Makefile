@@ -21,7 +21,7 @@ demo: $(VENV)/.installed-benchmarks
 	$(BIN)/python demo.py
 
 test: $(VENV)/.installed-tests
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 # The documentation site, into site/; any warning fails it.
 docs: $(VENV)/.installed-docs
