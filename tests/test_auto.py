@@ -420,3 +420,24 @@ def test_batch_policies_apply_stacks(policy):
     np.testing.assert_allclose(op.mv(xs[0]), expected[0], rtol=1e-12)
     with pytest.raises(ValueError, match="batch_size"):
         lxd.VmapBatch(batch_size=0)
+
+
+def test_runs_weigh_run_time():
+    """Auto minimises compile + runs x run: a program run once may take a strategy
+    that compiles faster and runs slower; one run 100 times may not."""
+    observation = dict(
+        memory_budget=1,
+        call_sites=4,
+        executions=4.0,
+        mv_flops=3.1e6,
+        mv_bytes=6.3e6,
+        mv_dots=24,
+        mv_ops=0,
+        operator_bytes=6_300_000,
+    )
+    assert lxd.decide(_obs(**observation, runs=1.0)).strategy == "Outline"
+    assert lxd.decide(_obs(**observation, runs=100.0)).strategy == "Lazy"
+    rolled = _obs(**observation, runs=100.0, rollable=True)
+    assert lxd.decide(rolled).strategy == "Roll"
+    with pytest.raises(ValueError, match="runs"):
+        lxd.Auto(runs=0)

@@ -204,18 +204,30 @@ def _sum(op, x, sites):
     return sum(op.mv(jnp.sin(x) * (i + 1)) for i in range(sites))
 
 
+# A cost model under which Auto rolls whenever it can (for tests).
+ROLL_MODEL = lxd.CostModel(
+    compile_per_dot=10.0, materialise_fixed=1e3, outline_site=1e3
+)
+
+
+@pytest.mark.parametrize("policy", ["Roll", "Auto"])
 @pytest.mark.parametrize("program", [_loop, _sum], ids=["dependent", "independent"])
 @pytest.mark.parametrize("sites", [1, 4, 16])
-def test_function_traced_once_and_compiled_once(program, sites):
+def test_function_traced_once_and_compiled_once(program, sites, policy):
     """Dependent sites are rolled into a loop, independent ones stacked into one
-    call: either way the user's function is traced once and the compiled program
-    holds one copy of its dot products."""
+    call (by the Roll policy, or by Auto where it decides so): either way the
+    user's function is traced once and the compiled program holds one copy of its
+    dot products."""
     counter = []
-    op = _operators(lxd.Roll(), counter)[0]
+    chosen = lxd.Roll() if policy == "Roll" else lxd.Auto(cost_model=ROLL_MODEL)
+    op = _operators(chosen, counter)[0]
     x = jnp.linspace(0.1, 1.0, N)
     compiled = lxd.jit(lambda x: program(op, x, sites))
     out = compiled(x)
     assert len(counter) == 1
+    if policy == "Auto":
+        (decision,) = compiled.decisions(x).values()
+        assert decision.strategy == ("Lazy" if sites == 1 else "Roll")
     lazy = _operators(lxd.Lazy())[0]
     _close(out, jax.jit(lambda x: program(lazy, x, sites))(x))
     inline = jax.jit(lambda x: program(lazy, x, sites)).lower(x)
