@@ -27,10 +27,30 @@ from ._base import RawMv
 MARKED_NAME = "lineax_dispatch_mv"
 
 
-class TraceScope:
+class _HashedKey:
+    """A value as a jit cache key, hashed once (jax hashes a static argument at
+    every call), equal to a key of the same class holding an equal value."""
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other or (
+            type(other) is type(self)
+            and self._hash == other._hash
+            and self.value == other.value
+        )
+
+
+class TraceScope(_HashedKey):
     """The outermost trace a call is traced in (the `jax.jit` trace whose loop
     bodies, nested jits, JVP and batching traces hold the call), as a hashable key:
-    by identity, through a weak reference, so a finished trace is not kept alive.
+    by identity, through a weak reference (its value), so a finished trace is not
+    kept alive.
 
     A compiled callee is cached by its static part, functions included; a function
     may read Python state that changes between traces (a global, a closed-over
@@ -39,15 +59,10 @@ class TraceScope:
     call site of one trace shares one callee and a new trace compiles its own.
     """
 
-    def __init__(self, ref: Any):
-        self._ref = ref
-        self._hash = hash(ref)
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, TraceScope) and other._ref == self._ref
+class _StaticKey(_HashedKey):
+    """An operator's static part (functions, jaxprs, structures: slow to hash) as a
+    jit cache key."""
 
 
 def current_scope() -> TraceScope | None:
@@ -58,7 +73,7 @@ def current_scope() -> TraceScope | None:
 
 def _apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
     static, _ = key
-    return hashable_combine(dynamic, static.static)(vector)
+    return hashable_combine(dynamic, static.value)(vector)
 
 
 def named_marked(name: str) -> Callable:
@@ -109,26 +124,6 @@ def is_marked(eqn: Any) -> bool:
         and isinstance(name, str)
         and name.startswith(MARKED_NAME)
     )
-
-
-class _StaticKey:
-    """An operator's static part as a jit cache key, hashed once: jax hashes a
-    static argument at every call, and an operator's static part (functions,
-    jaxprs, structures) is slow to hash."""
-
-    def __init__(self, static: Any):
-        self.static = static
-        self._hash = hash(static)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: Any) -> bool:
-        return self is other or (
-            isinstance(other, _StaticKey)
-            and self._hash == other._hash
-            and self.static == other.static
-        )
 
 
 def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
