@@ -8,9 +8,10 @@ many call sites there are, and each call site is one recognisable `jit` equation
 rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
 """
 
+import contextlib
 import contextvars
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
@@ -20,7 +21,7 @@ from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
 from .._compat import root_trace_ref
-from ._base import RawMv
+from ._base import AbstractPolicy, RawMv
 
 
 # The name of every marked call's equation in a traced program.
@@ -65,10 +66,43 @@ class _StaticKey(_HashedKey):
     jit cache key."""
 
 
+# The scope a solve's operator is pinned to (see `pinned_scope`).
+_PINNED: contextvars.ContextVar[TraceScope | None] = contextvars.ContextVar(
+    "lineax_dispatch_pinned_scope", default=None
+)
+
+
 def current_scope() -> TraceScope | None:
-    """The scope of the current trace, or `None` outside any trace (eager)."""
+    """The scope of the current trace (or the one pinned by `pinned_scope`), or
+    `None` outside any trace (eager)."""
     root = root_trace_ref()
-    return None if root is None else TraceScope(root)
+    if root is None:
+        return None
+    pinned = _PINNED.get()
+    return TraceScope(root) if pinned is None else pinned
+
+
+@contextlib.contextmanager
+def pinned_scope(scope: TraceScope | None) -> Iterator[None]:
+    """Within this context, traces count as part of the trace `scope`.
+
+    A solve bound in one trace is abstractly evaluated and lowered in traces of
+    their own (lineax's `linear_solve` primitive traces its solver there); they are
+    parts of the same program, so its operator's marked callee, traced for the
+    solve's decision, is shared with them rather than traced again.
+
+    **Arguments:**
+
+    - `scope`: the trace to count as (`None`: no change).
+    """
+    if scope is None:
+        yield
+        return
+    token = _PINNED.set(scope)
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
 
 
 def _apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
@@ -137,8 +171,37 @@ def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
 
     The dynamic half (a PyTree of arrays) and a hashable key of the static half.
     """
-    dynamic, static = hashable_partition(RawMv(operator), eqx.is_array)
+    dynamic, static = hashable_partition(
+        RawMv(_top_policy_free(operator)), eqx.is_array
+    )
     return dynamic, _StaticKey(static)
+
+
+def _top_policy_free(operator: Any) -> Any:
+    # The plain lineax `mv` does not read the top node's own policy (its children
+    # keep theirs): give every top policy one key, so an `Auto` operator and the
+    # same operator with its decided policy share one callee. A shallow copy as
+    # equinox's own unflattening makes it (no `__init__`, no checks).
+    policy = getattr(operator, "policy", None)
+    if policy is None or type(policy) is _TopPolicy:
+        return operator
+    copy = object.__new__(type(operator))
+    copy.__dict__.update(operator.__dict__)
+    copy.__dict__["policy"] = _TOP_POLICY
+    return copy
+
+
+class _TopPolicy(AbstractPolicy):
+    """The one policy every marked callee's operator carries at its top node
+    (which its plain lineax `mv` never applies): lineax's `mv`, inline."""
+
+    def mv(
+        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
+    ) -> PyTree[Any]:
+        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+_TOP_POLICY = _TopPolicy()
 
 
 # Eager calls: id(operator) -> (weak reference, arrays, static key), so that an

@@ -7,6 +7,8 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
+from ..policies._marked import current_scope
+from ..policies._pinned import pinned
 from ..policies._registry import operator_key, record_solve
 
 
@@ -103,4 +105,9 @@ def resolve_for_solve(
         return adopt(lx.materialise(operator), Lazy())
     if isinstance(chosen, Materialise):
         chosen = Lazy()
+    scope = current_scope()
+    if scope is not None:
+        # The solve's own traces (lineax's primitive evaluates and lowers the
+        # solver apart) share the `mv` traced for the decision.
+        chosen = pinned(chosen, scope)
     return adopt(operator, chosen)
