@@ -5,7 +5,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import jax.extend.core as jex
 
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
 from ._decide import Decision
@@ -31,6 +30,24 @@ def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
     out = {solve.key: solve.decision for solve in active.solves}
     out.update((a.record.key, a.decision) for a in autos)
     return out
+
+
+class _AsTraced:
+    """A program with nothing to rewrite: the trace itself, lowered and compiled
+    (once) as `jax.jit` would, without evaluating its jaxpr again."""
+
+    def __init__(self, traced: Any):
+        self._traced = traced
+        self._compiled = None
+
+    def lower(self, *args, **kwargs):
+        del args, kwargs  # the signature the trace was made for
+        return self._traced.lower()
+
+    def __call__(self, *args, **kwargs):
+        if self._compiled is None:
+            self._compiled = self._traced.lower().compile()
+        return self._compiled(*args, **kwargs)
 
 
 class _CompileAware:
@@ -94,11 +111,12 @@ class _CompileAware:
         if entry is None:
             (jitted, box, context, traced), active, actions, autos = self.analyse(split)
             run = rewrite_program(traced.jaxpr, actions)
-            if run is None:
-                run = jex.jaxpr_as_fun(traced.jaxpr)
-            # The traced (and rewritten) program is compiled as it is: the user's
+            # The traced (or rewritten) program is compiled as it is: the user's
             # function is not traced again.
-            program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
+            if run is None:
+                program = _AsTraced(traced)
+            else:
+                program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
             entry = Compiled(program, context, box, _decisions(active, autos))
             self._compiled[split.key] = entry
         return entry
