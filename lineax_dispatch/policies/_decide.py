@@ -46,8 +46,11 @@ class CostModel(eqx.Module):
     - `compile_per_dot`, `compile_per_op`: compile time of one dot product, and
         of any other operation, in one copy of `mv` (XLA:CPU emits code for each
         matrix-vector product, which is slow to compile).
+    - `compile_per_site`: compile time every call site of a program adds whatever
+        its strategy (the code around the call, the call itself).
     - `compile_per_batched_dot`: compile time of one dot product applied to a
-        block of vectors (as when building the matrix: a library call).
+        block of vectors (as when building the matrix, or in a stacked `Roll`: a
+        library call).
     - `materialise_fixed`: compile time of the machinery of one matrix build.
     - `outline_site`: compile time of one outlined call site (a host callback).
     - `outline_call`: fixed run-time cost of one outlined call.
@@ -66,22 +69,25 @@ class CostModel(eqx.Module):
     - `roll_step`: fixed run time of one step of a rolled loop.
     """
 
+    # Fitted to benchmarks/results/auto.json (2-core XLA:CPU, jax 0.10.2): the
+    # compile and run times of every fixed strategy at 1, 4 and 16 sites.
     flops_per_second: float = 1.5e11
     bytes_per_second: float = 2e10
-    compile_per_dot: float = 6e-3
+    compile_per_dot: float = 1e-2
     compile_per_op: float = 2e-4
-    compile_per_batched_dot: float = 5e-4
+    compile_per_site: float = 2e-2
+    compile_per_batched_dot: float = 2e-3
     materialise_fixed: float = 0.08
-    outline_site: float = 1.2e-2
+    outline_site: float = 2e-2
     outline_call: float = 1e-4
     callback_bytes_per_second: float = 3e9
-    matmul_site: float = 3e-3
+    matmul_site: float = 1e-2
     build_chunk: int = 128
     factor_flops_per_second: float = 2e10
     krylov_compile: float = 0.25
     krylov_step: float = 5e-6
-    roll_fixed: float = 0.03
-    roll_site: float = 2e-3
+    roll_fixed: float = 0.015
+    roll_site: float = 6e-3
     roll_step: float = 1e-5
 
     def __check_init__(self):
@@ -179,32 +185,36 @@ def estimates(
     where not allowed."""
     copy = mv_compile(o, model)
     batched_copy = batched_compile(o, model)
+    site = model.compile_per_site
     # Each solve builds its own matrix (in its `init`); plain call sites share one
     # build under `lxd.jit`.
     builds = o.solves + (1 if o.call_sites > o.solves else 0)
     run_mv = mv_run(o, model)
     k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
     out: dict[str, tuple[float, float] | None] = {
-        "Lazy": (k * copy, runs * run_mv),
+        "Lazy": (k * (copy + site), runs * run_mv),
     }
     if o.rollable and k >= 2:
         if o.stackable:
-            # One batched call: the flops of every execution, the operator's
-            # arrays read once per execution of a site.
+            # One batched call (its dot products on blocks of vectors): the flops
+            # of every execution, the operator's arrays read once per execution
+            # of a site.
             reads = runs / k
             roll_run = max(
                 runs * o.mv_flops / model.flops_per_second,
                 reads * o.mv_bytes / model.bytes_per_second,
             )
+            roll_copy = batched_copy
         else:
             roll_run = runs * run_mv
+            roll_copy = copy
         out["Roll"] = (
-            copy + model.roll_fixed + k * model.roll_site,
+            roll_copy + site + model.roll_fixed + k * model.roll_site,
             roll_run + k * model.roll_step,
         )
     out.update(
         Outline=(
-            copy + k * model.outline_site,
+            copy + site + k * model.outline_site,
             runs
             * (
                 run_mv
@@ -222,7 +232,8 @@ def estimates(
         ) * (o.mv_bytes / model.bytes_per_second)
         apply = runs * o.matrix_bytes / model.bytes_per_second
         out["Materialise"] = (
-            builds * (model.materialise_fixed + batched_copy) + k * model.matmul_site,
+            builds * (model.materialise_fixed + batched_copy + site)
+            + k * model.matmul_site,
             builds * build + apply,
         )
     return out

@@ -5,7 +5,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend.core as jex
 
+from .._compat import root_trace_ref
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
 from ._decide import Decision
 from ._program import AutoGroup, plan_program
@@ -36,15 +38,25 @@ class _AsTraced:
     """A program with nothing to rewrite: the trace itself, lowered and compiled
     (once) as `jax.jit` would, without evaluating its jaxpr again."""
 
-    def __init__(self, traced: Any):
+    def __init__(self, traced: Any, jit_kwargs: dict[str, Any]):
         self._traced = traced
+        self._jit_kwargs = jit_kwargs
         self._compiled = None
+        self._jitted = None
 
     def lower(self, *args, **kwargs):
         del args, kwargs  # the signature the trace was made for
         return self._traced.lower()
 
     def __call__(self, *args, **kwargs):
+        if root_trace_ref() is not None:
+            # Called under a trace (a transformation, an outer jit): the program
+            # as a function of its arguments, which the trace then transforms.
+            if self._jitted is None:
+                run = jex.jaxpr_as_fun(self._traced.jaxpr)
+                entry = rolled_entry(run, self._traced.out_tree)
+                self._jitted = jax.jit(entry, **self._jit_kwargs)
+            return self._jitted(*args, **kwargs)
         if self._compiled is None:
             self._compiled = self._traced.lower().compile()
         return self._compiled(*args, **kwargs)
@@ -114,7 +126,7 @@ class _CompileAware:
             # The traced (or rewritten) program is compiled as it is: the user's
             # function is not traced again.
             if run is None:
-                program = _AsTraced(traced)
+                program = _AsTraced(traced, self._passed)
             else:
                 program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
             entry = Compiled(program, context, box, _decisions(active, autos))

@@ -10,6 +10,29 @@ from ._base import AbstractPolicy
 from ._marked import pinned_scope, TraceScope
 
 
+class _ScopeRef:
+    """A trace scope carried by a policy without entering its equality or hash:
+    an operator's structure (its policy is static) must not depend on the trace
+    it was prepared in (optimistix carries a solver's state through `custom_jvp`
+    and loops, whose structures are compared)."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: TraceScope):
+        self.scope = scope
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _ScopeRef)
+
+    def __hash__(self) -> int:
+        return hash(_ScopeRef)
+
+    def live(self) -> TraceScope | None:
+        """The scope while its trace is alive (being traced, its solves being
+        evaluated), else `None`: a state kept past its trace pins nothing."""
+        return self.scope if self.scope.value() is not None else None
+
+
 class _Pinned(AbstractPolicy):
     """Applies `policy` as part of the trace `scope`.
 
@@ -20,12 +43,12 @@ class _Pinned(AbstractPolicy):
     """
 
     policy: AbstractPolicy
-    scope: TraceScope | None = eqx.field(static=True)
+    scope: _ScopeRef = eqx.field(static=True)
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
-        with pinned_scope(self.scope):
+        with pinned_scope(self.scope.live()):
             return self.policy.mv(operator, vector)
 
 
@@ -41,4 +64,4 @@ def pinned(policy: AbstractPolicy, scope: TraceScope) -> AbstractPolicy:
 
     A policy.
     """
-    return _Pinned(policy, scope)
+    return _Pinned(policy, _ScopeRef(scope))
