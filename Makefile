@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export OPENBLAS_NUM_THREADS ?= 1
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test lint typecheck docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,20 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-benchmarks
 	$(BIN)/python demo.py
 
-test: $(VENV)/.installed-tests
+# Lint (seconds), then the tests.
+test: lint
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
+
+# ruff: the rule set is in pyproject.toml ([tool.ruff.lint]).
+lint: $(VENV)/.installed-tests
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
+
+# pyright in basic mode over lineax_dispatch/ ([tool.pyright] in pyproject.toml),
+# against the packages in .venv. Not yet part of `make test`: it still reports
+# errors in lineax_dispatch/solvers/ and policies/_jit.py.
+typecheck: $(VENV)/.installed-tests
+	$(BIN)/pyright --pythonpath $(BIN)/python
 
 # The documentation site, into site/; any warning fails it.
 docs: $(VENV)/.installed-docs

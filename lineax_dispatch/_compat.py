@@ -1,10 +1,34 @@
-"""Every use of a private JAX or equinox name, in one place, so that an upstream
-move breaks here (and in `tests/test_compat.py`) rather than anywhere."""
+"""Every use of a private JAX, equinox or lineax name, in one place, so that an
+upstream move breaks here (and in `tests/test_compat.py`) rather than anywhere."""
 
+import inspect
 import weakref
 from typing import Any
 
+import lineax as lx
+from equinox._compile_utils import (
+    hashable_combine as hashable_combine,
+    hashable_partition as hashable_partition,
+)
 from jax._src import core as _jax_core, source_info_util as _source_info
+
+
+# `hashable_partition(tree, filter_fn) -> (dynamic leaves, (static leaves, treedef))`
+# splits a pytree's leaves by `filter_fn` into two tuples (`None` where a leaf went
+# to the other side); the static part is hashable when its leaves are, and
+# `hashable_combine(dynamic, static)` rebuilds the tree. `equinox.filter_jit` keys
+# its cache on the static part.
+
+# The default of `lineax.linear_solve`'s `state` ("no state: run `solver.init`"),
+# read from its public signature rather than imported from
+# `lineax._custom_types.sentinel`: lineax compares `state == sentinel`, so a
+# wrapper must pass on this very object.
+sentinel: Any = inspect.signature(lx.linear_solve).parameters["state"].default
+if sentinel is inspect.Parameter.empty:  # pragma: no cover - lineax changed
+    raise ImportError(
+        "lineax_dispatch: `lineax.linear_solve` has no default for `state`; "
+        "update `lineax_dispatch/_compat.py` for this lineax version."
+    )
 
 
 def root_trace_ref() -> "weakref.ref | None":

@@ -7,6 +7,7 @@ import numbers
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 
 

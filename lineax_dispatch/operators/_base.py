@@ -1,6 +1,6 @@
 """The base class shared by every policy-carrying operator."""
 
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import lineax as lx
@@ -129,7 +129,8 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
     def __rsub__(self, other) -> lx.AbstractLinearOperator:
         if not isinstance(other, lx.AbstractLinearOperator):
             return NotImplemented
-        return (-self).__radd__(other)
+        negated = cast(AbstractDispatchOperator, -self)  # ours keep their class
+        return negated.__radd__(other)
 
     def __rmatmul__(self, other) -> lx.AbstractLinearOperator:
         from ._composite import ComposedLinearOperator
@@ -177,9 +178,9 @@ def _joint_policy(
     """The policy of a binary combination: the operands' common policy if they agree
     (or only one of them has one), otherwise the default, under which each operand
     keeps applying its own."""
-    policies = {
+    policies = [
         op.policy for op in (left, right) if isinstance(op, AbstractDispatchOperator)
-    }
-    if len(policies) == 1:
-        return policies.pop()
+    ]
+    if policies and all(policy == policies[0] for policy in policies):
+        return policies[0]
     return default_policy()

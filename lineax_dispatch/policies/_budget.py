@@ -78,13 +78,15 @@ def parse_memory_budget(value: int | float | str) -> int:
     return int(number)
 
 
-def free_memory(device: jax.Device | None = None) -> int:
+def free_memory(
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]
+) -> int:
     """Free memory of `device` (the default device when `None`), in bytes: from
     `device.memory_stats()` where the device reports it, else the host's available
     memory."""
-    device = jax.devices()[0] if device is None else device
+    chosen = jax.devices()[0] if device is None else device
     try:
-        stats = device.memory_stats()
+        stats = chosen.memory_stats()
     except Exception:  # pragma: no cover - backends without memory_stats
         stats = None
     if stats and "bytes_limit" in stats:
@@ -106,7 +108,9 @@ def _host_available() -> int:
         return 2**32
 
 
-def default_memory_budget(device: jax.Device | None = None) -> int:
+def default_memory_budget(
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]
+) -> int:
     """`DEFAULT_FRACTION` of the free memory of `device`."""
     return int(DEFAULT_FRACTION * free_memory(device))
 

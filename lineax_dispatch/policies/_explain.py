@@ -61,7 +61,7 @@ class ExplainReport(eqx.Module):
             "decision",
             "reason",
         )
-        table = [headers]
+        table: list[tuple[str, ...]] = [headers]
         for row in self.rows:
             table.append(
                 (

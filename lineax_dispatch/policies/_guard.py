@@ -6,7 +6,7 @@ and raises the same `ValueError` at trace time when it does not fit."""
 import contextlib
 import contextvars
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -75,7 +75,7 @@ def policy_budget(policy: Any) -> int | None:
     """The memory budget (bytes) a policy sets for a dense matrix: that of `Auto`
     and `Materialise` (their `memory_budget`, else half of the free memory), `None`
     for policies without one."""
-    budget = getattr(policy, "budget", None)
+    budget: Callable[[], int] | None = getattr(policy, "budget", None)
     return budget() if callable(budget) else None
 
 

@@ -25,6 +25,7 @@ ordinary JAX operations; the reverse pass of the scan is a scan too (rolled).
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.extend.core as jex
 import jax.lax as lax
 import jax.numpy as jnp
@@ -68,6 +69,10 @@ def _as_aval(value: Any, aval: Any) -> Any:
     """`value` with exactly `aval`'s dtype and no weak type, so that a loop carry
     has one type whatever branch wrote it."""
     return lax.convert_element_type(jnp.asarray(value), aval.dtype)
+
+
+def _zeros(aval: Any) -> jax.Array:
+    return jnp.zeros(aval.shape, aval.dtype)
 
 
 def rolled_function(closed: Any, plan: RollPlan) -> Callable:
@@ -168,7 +173,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             outs = [
                 _as_aval(local[v], v.aval)
                 if not isinstance(v, jex.DropVar)
-                else jnp.zeros(v.aval.shape, v.aval.dtype)
+                else _zeros(v.aval)
                 for v in call.outvars
             ]
             if len(branches) == 1:

@@ -260,7 +260,9 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
         else:
             classes.append(len(representatives))
             representatives.append(j)
-            found.append({j: _compare(jaxpr, bits, j, j)})
+            own = _compare(jaxpr, bits, j, j)
+            assert own is not None  # a step's code equals itself
+            found.append({j: own})
     tables = []
     for c, r in enumerate(representatives):
         varying_keys = {
@@ -278,7 +280,7 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
             table[key] = np.stack([np.asarray(v) for v in values])
         tables.append(table)
     return RollPlan(
-        sites,
+        tuple(sites),
         varying,
         reads,
         writes,

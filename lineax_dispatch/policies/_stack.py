@@ -74,7 +74,7 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
             after.append(index)
         else:
             before.append(index)
-    return StackPlan(sites, varying, tuple(before), tuple(after))
+    return StackPlan(tuple(sites), varying, tuple(before), tuple(after))
 
 
 def stacked_function(closed: Any, plan: StackPlan) -> Callable:

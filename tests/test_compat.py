@@ -1,0 +1,108 @@
+"""`lineax_dispatch/_compat.py` holds every private JAX, equinox and lineax name the
+package uses. These tests exercise each one directly, so that an upstream release
+that moves or changes one fails here, naming it, rather than somewhere deep in a
+policy or solver test."""
+
+import inspect
+import weakref
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+import numpy as np
+
+from lineax_dispatch import _compat
+
+
+def test_hashable_partition_combine():
+    """`equinox._compile_utils.hashable_partition` / `hashable_combine`."""
+    tree = {"a": jnp.arange(3.0), "b": (2, "x"), "c": np.float32(1.5)}
+    dynamic, static = _compat.hashable_partition(tree, lambda x: isinstance(x, str))
+    leaves, treedef = jtu.tree_flatten(tree)
+    assert isinstance(dynamic, tuple) and len(dynamic) == len(leaves), (
+        "equinox's hashable_partition changed: dynamic leaves are no longer a tuple "
+        "with one entry per leaf"
+    )
+    static_leaves, static_treedef = static
+    assert static_treedef == treedef
+    assert [d is None for d in dynamic] == [s is not None for s in static_leaves]
+    assert "x" in dynamic
+    rebuilt = _compat.hashable_combine(dynamic, static)
+    assert jtu.tree_structure(rebuilt) == treedef
+    for x, y in zip(jtu.tree_leaves(rebuilt), leaves):
+        assert x is y
+
+    # Arrays out, the rest static: the static part is hashable and equal for equal
+    # trees with different array values (what our marked calls key on).
+    tree2 = dict(tree, a=jnp.ones(3))
+    _, static1 = _compat.hashable_partition(tree, lambda x: isinstance(x, jax.Array))
+    _, static2 = _compat.hashable_partition(tree2, lambda x: isinstance(x, jax.Array))
+    assert hash(static1) == hash(static2) and static1 == static2
+
+
+def test_linear_solve_sentinel():
+    """The default of `lineax.linear_solve`'s `state`, which our `linear_solve`
+    passes on: lineax must still read it as "no state given"."""
+    default = inspect.signature(lx.linear_solve).parameters["state"].default
+    assert default is _compat.sentinel
+    assert default is not None and default is not inspect.Parameter.empty
+    operator = lx.MatrixLinearOperator(jnp.array([[2.0, 0.0], [0.0, 4.0]]))
+    vector = jnp.array([2.0, 4.0])
+    solution = lx.linear_solve(operator, vector, lx.LU(), state=_compat.sentinel)
+    np.testing.assert_allclose(solution.value, [1.0, 1.0])
+
+
+def test_root_trace_ref():
+    """`jax._src.core.trace_ctx`, `EvalTrace`, `parent_trace`, `_weakref`."""
+    assert _compat.root_trace_ref() is None  # eager
+    roots = []  # the traces themselves, held while we compare them
+
+    def record(x):
+        ref = _compat.root_trace_ref()
+        assert isinstance(ref, weakref.ref) and ref() is not None
+        roots.append(ref())
+        return x
+
+    def outer(x):
+        record(x)
+        x = jax.vmap(record)(x[None])[0]
+        x = jax.jit(record)(x)
+        return jax.lax.fori_loop(0, 2, lambda i, y: record(y), x)
+
+    jax.jit(outer)(jnp.zeros(2))
+    assert len(roots) == 4
+    assert all(root is roots[0] for root in roots), (
+        "jax's trace parents changed: sub-traces of one jit no longer share a root"
+    )
+    jax.jit(record)(jnp.ones(3))
+    assert roots[-1] is not roots[0]
+
+
+def _traced_here(x):
+    return jnp.sin(x) * 2.0
+
+
+def test_bind_equation_and_traceback_frames():
+    """`jax._src.source_info_util` and `JaxprEqn.ctx`, as `eval_jaxpr` uses them."""
+    x = jnp.arange(3.0)
+    jaxpr = jax.make_jaxpr(_traced_here)(x)
+    values = {id(v): a for v, a in zip(jaxpr.jaxpr.invars, [x])}
+    frames = []
+    for eqn in jaxpr.jaxpr.eqns:
+        invals = [
+            v.val if isinstance(v, jax.extend.core.Literal) else values[id(v)]
+            for v in eqn.invars
+        ]
+        outs = _compat.bind_equation(eqn, invals)
+        assert isinstance(outs, list) and len(outs) == len(eqn.outvars)
+        values.update({id(v): o for v, o in zip(eqn.outvars, outs)})
+        frames.append(_compat.traceback_frames(eqn))
+    out = values[id(jaxpr.jaxpr.outvars[0])]
+    np.testing.assert_allclose(out, _traced_here(x))
+
+    # Every equation was traced on the line of `_traced_here` in this file.
+    line = inspect.getsourcelines(_traced_here)[1] + 1
+    for eqn_frames in frames:
+        assert all(isinstance(f, str) and isinstance(n, int) for f, n in eqn_frames)
+        assert (__file__, line) in eqn_frames, eqn_frames
