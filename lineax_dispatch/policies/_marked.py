@@ -17,10 +17,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import lineax as lx
-from equinox._compile_utils import hashable_combine, hashable_partition
 from jaxtyping import PyTree
 
-from .._compat import root_trace_ref
+from .._compat import hashable_combine, hashable_partition, root_trace_ref
 from ._base import AbstractPolicy, RawMv
 
 

@@ -19,9 +19,8 @@ import equinox as eqx
 import jax
 import jax.tree_util as jtu
 import lineax as lx
-from equinox._compile_utils import hashable_partition
 
-from .._compat import traceback_frames
+from .._compat import hashable_partition, traceback_frames
 from ._marked import MARKED_NAME, named_marked
 
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import lineax as lx
 from jaxtyping import ArrayLike, PyTree
-from lineax._custom_types import sentinel
 
+from .._compat import sentinel
 from ..operators import with_policy
 from ..policies import AbstractPolicy, check_policy
 
