@@ -3,6 +3,7 @@ Auto chose, all call-site counts of one (kind, workload, n) with the skipping of
 dominated fixed variants, the separate call-site measurement and the warm-up."""
 
 import math
+import statistics
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -93,6 +94,21 @@ def auto_choice(jitted, op, static, params, x, case: Case) -> dict:
     return out
 
 
+# Run time: the median of up to RUN_SAMPLES further calls, as many as fit in
+# RUN_BUDGET_S (one call of a program that takes longer).
+RUN_SAMPLES = 5
+RUN_BUDGET_S = 1.0
+
+
+def _run_time(compiled, params, x, first_s: float) -> float:
+    count = int(max(1, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))
+    times = [
+        timed(lambda: jax.block_until_ready(compiled(params, x)))[1]
+        for _ in range(count)
+    ]
+    return statistics.median(times)
+
+
 def measure(variant: str, data: OperatorData, case: Case) -> tuple[dict, object]:
     """Times one (case, variant) with a fresh operator."""
     op = build_operator(variant, data, case.workload)
@@ -113,7 +129,7 @@ def measure(variant: str, data: OperatorData, case: Case) -> tuple[dict, object]
         lowered, lower_s = timed(traced.lower)
     compiled, compile_s = timed(lowered.compile)
     out, first_s = timed(lambda: jax.block_until_ready(compiled(params, x)))
-    _, run_s = timed(lambda: jax.block_until_ready(compiled(params, x)))
+    run_s = _run_time(compiled, params, x, first_s)
     total = trace_s + lower_s + compile_s + first_s
     timings = dict(
         trace_s=trace_s,

@@ -92,7 +92,8 @@ Timing, per (case, variant), with a fresh operator:
 - compile: `lowered.compile()`;
 - first call: the first execution (`block_until_ready`). It includes compiling
   `Outline`'s callee, and the work XLA:CPU defers to the first execution;
-- run: one further execution.
+- run: the median of up to 5 further executions, as many as fit in 1 s (one for
+  a program that runs longer).
 
 "compile total" = trace + lower + compile + first call - one run, i.e. compile
 with the first call's extra; the score at `runs` is compile total + `runs` x run.

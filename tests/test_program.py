@@ -147,6 +147,36 @@ def test_eager_mv_traces_once_for_three_calls(policy):
     assert len(counter) == 1
 
 
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_eager_materialise_builds_once_per_operator(batch_size):
+    """Eagerly, a Materialise operator builds its matrix at its first `mv` and
+    reuses it (its function never runs again); another operator object builds its
+    own."""
+    runs = []
+    a = jnp.asarray(np.eye(8) * 3 + 0.1)
+
+    def fn(x):
+        jax.debug.callback(lambda: runs.append(1))
+        return a @ x
+
+    def make():
+        structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+        policy = lxd.Materialise(batch_size=batch_size)
+        return lxd.FunctionLinearOperator(fn, structure, policy=policy)
+
+    op = make()
+    for scale in (1.0, 2.0, 3.0):
+        v = jnp.arange(8.0) * scale
+        np.testing.assert_allclose(op.mv(v), a @ v, rtol=1e-12)
+        if scale == 1.0:
+            built = len(runs)
+            assert built > 0
+    assert len(runs) == built
+    other = make()
+    np.testing.assert_allclose(other.mv(jnp.ones(8)), a @ jnp.ones(8), rtol=1e-12)
+    assert len(runs) == 2 * built
+
+
 def test_no_decision_depends_on_earlier_calls():
     """Decisions depend on the program, the operator, the budget and the cost
     model only: not on what was compiled or explained before."""

@@ -10,7 +10,6 @@ rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
 
 import contextlib
 import contextvars
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from jaxtyping import PyTree
 
 from .._compat import hashable_combine, hashable_partition, root_trace_ref
 from ._base import AbstractPolicy, RawMv
+from ._per_object import cached_per_object, per_object_cache
 
 
 # The name of every marked call's equation in a traced program.
@@ -203,29 +203,13 @@ class _TopPolicy(AbstractPolicy):
 _TOP_POLICY = _TopPolicy()
 
 
-# Eager calls: id(operator) -> (weak reference, arrays, static key), so that an
+# Eager calls: the arrays and the key of each operator applied, so that an
 # operator applied again skips the partition and the hashing.
-_EAGER: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "lineax_dispatch_eager_mv", default=None
-)
+_EAGER = per_object_cache("lineax_dispatch_eager_mv")
 
 
 def _eager_parts(operator: Any) -> tuple[PyTree[Any], Any]:
-    cache = _EAGER.get()
-    if cache is None:
-        cache = {}
-        _EAGER.set(cache)
-    index = id(operator)
-    entry = cache.get(index)
-    if entry is not None and entry[0]() is operator:
-        return entry[1], entry[2]
-    dynamic, key = mv_parts(operator)
-    try:
-        ref = weakref.ref(operator, lambda _: cache.pop(index, None))
-    except TypeError:  # an object without weak references: no cache
-        return dynamic, key
-    cache[index] = (ref, dynamic, key)
-    return dynamic, key
+    return cached_per_object(_EAGER, operator, lambda: mv_parts(operator))
 
 
 def marked_mv(

@@ -11,11 +11,13 @@ from ._budget import parse_memory_budget, resolve_budget
 from ._dense import (
     build_dense_matrix,
     check_batch_size,
-    compile_eagerly,
+    dense_matrix,
     dense_mv,
     EXPLICIT_OPERATORS,
 )
 from ._guard import check_dense_budget
+from ._marked import current_scope
+from ._per_object import cached_per_object, per_object_cache
 
 
 def _budget_or_none(value: Any) -> int | None:
@@ -29,10 +31,9 @@ def _materialised_mv(
     return dense_mv(matrix, vector, operator.out_structure())
 
 
-# Eager chunked `mv`: the build and the matmul as one compiled call, compiled
-# once per operator kind and signature and reused (an eager chunked build would
-# retrace its `lax.map` at every call); jax holds the cache.
-_compiled_mv = eqx.filter_jit(_materialised_mv)
+# Eager `mv`: the matrix of each operator applied, built once (compiled when
+# chunked: see `dense_matrix`) and reused while the operator lives.
+_EAGER_MATRICES = per_object_cache("lineax_dispatch_eager_matrices")
 
 
 class Materialise(AbstractPolicy):
@@ -46,9 +47,10 @@ class Materialise(AbstractPolicy):
     The matrix is built at each `mv` call site, and again at each execution inside
     a loop: under [`lineax_dispatch.jit`][], [`lineax_dispatch.Auto`][] builds it
     once per program instead, and [`lineax_dispatch.batch_solve`][] once per batch.
-    Outside any trace (eager code) a chunked `mv` runs one compiled build and
-    matmul, compiled once per operator kind and signature and reused; as with
-    `jax.jit`, Python state the function reads is read when it is first compiled.
+    Outside any trace (eager code) the matrix is built once per operator object
+    (a chunked build compiled once per operator kind and signature) and reused by
+    every later `mv` of that object while it lives; as with `jax.jit`, Python state
+    the function reads is read when the matrix is built.
 
     !!! Example
 
@@ -103,8 +105,14 @@ class Materialise(AbstractPolicy):
         if isinstance(operator, EXPLICIT_OPERATORS):
             return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
         self.check_memory(operator)
-        if compile_eagerly(operator, self.batch_size):
-            return _compiled_mv(operator, vector, self.batch_size)
+        if current_scope() is None:
+            matrix = cached_per_object(
+                _EAGER_MATRICES,
+                operator,
+                lambda: dense_matrix(operator, self.batch_size),
+                self.batch_size,
+            )
+            return dense_mv(matrix, vector, operator.out_structure())
         return _materialised_mv(operator, vector, self.batch_size)
 
 
