@@ -87,3 +87,22 @@ def test_scalar_multiplication_needs_a_scalar():
     op = lxd.MatrixLinearOperator(jnp.eye(2))
     with pytest.raises(ValueError, match="scalars"):
         op * jnp.ones(2)
+
+
+@pytest.mark.parametrize("bad", [lxd.CG, lx.Cholesky, 1e-6, None])
+def test_normal_needs_a_solver(bad):
+    hint = r".*instantiate it" if isinstance(bad, type) else ""
+    with pytest.raises(
+        TypeError,
+        match=rf"`Normal\(inner_solver=\.\.\.\)`.*AbstractLinearSolver.*got.*{hint}",
+    ):
+        lxd.Normal(bad)
+
+
+def test_normal_lsmr_takes_no_preconditioner():
+    op = lxd.MatrixLinearOperator(jnp.eye(3, 2))
+    options = {"preconditioner": lx.IdentityLinearOperator(op.out_structure())}
+    with pytest.raises(ValueError, match=r"Normal\(LSMR.*options\['preconditioner'\]"):
+        lx.linear_solve(
+            op, jnp.ones(3), lxd.Normal(lxd.LSMR(1e-6, 1e-6)), options=options
+        )

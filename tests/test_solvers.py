@@ -300,3 +300,53 @@ def test_cg_needs_a_definite_preconditioner():
         lx.linear_solve(
             operator, jnp.ones(a.shape[0]), lxd.CG(1e-8, 1e-8), options=untagged
         )
+
+
+# `Normal` with every inner solver: ours (the normal equations as a one-site
+# system) and lineax's (as `lx.Normal`: the inner solver on `A^H A` or `A A^H`).
+_NORMAL_INNER = {
+    "lxd.CG": lambda: lxd.CG(rtol=1e-12, atol=1e-12),
+    "lxd.GMRES": lambda: lxd.GMRES(rtol=1e-12, atol=1e-12),
+    "lxd.BiCGStab": lambda: lxd.BiCGStab(rtol=1e-12, atol=1e-12),
+    "lxd.MINRES": lambda: lxd.MINRES(rtol=1e-12, atol=1e-12),
+    "lxd.LSMR": lambda: lxd.LSMR(rtol=1e-12, atol=1e-12),
+    "lx.CG": lambda: lx.CG(rtol=1e-12, atol=1e-12),
+    "lx.GMRES": lambda: lx.GMRES(rtol=1e-12, atol=1e-12),
+    "lx.LSMR": lambda: lx.LSMR(rtol=1e-12, atol=1e-12),
+    "lx.Cholesky": lx.Cholesky,
+    "lx.LU": lx.LU,
+    "lx.QR": lx.QR,
+}
+
+
+@pytest.mark.parametrize("shape", [(8, 5), (5, 8)], ids=["tall", "wide"])
+def test_normal_takes_every_inner_solver(shape):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(shape) + np.eye(*shape)
+    b = rng.standard_normal(shape[0])
+    y0 = rng.standard_normal(shape[1])
+    expected = np.linalg.lstsq(a, b, rcond=None)[0]
+    # From `y0`, the least-squares solution nearest to it: `y0`'s component in the
+    # null space of `a` (none for the tall one) is kept.
+    from_y0 = expected + (np.eye(shape[1]) - np.linalg.pinv(a) @ a) @ y0
+
+    # Every inner solver in one compiled call; ours also from an initial estimate.
+    @jax.jit
+    def solve_all(a, b, y0):
+        operator = lxd.MatrixLinearOperator(a)
+        out = {}
+        for name, inner in _NORMAL_INNER.items():
+            sol = lx.linear_solve(operator, b, lxd.Normal(inner()), throw=False)
+            out[name] = sol.value, sol.result
+            if name.startswith("lxd."):
+                solver, options = lxd.Normal(inner()), {"y0": y0}
+                sol = lx.linear_solve(operator, b, solver, options=options, throw=False)
+                out[f"{name}, y0"] = sol.value, sol.result
+        return out
+
+    solutions = solve_all(a, b, y0)
+    assert len(solutions) == len(_NORMAL_INNER) + 5
+    for name, (value, result) in solutions.items():
+        assert result == lx.RESULTS.successful, name
+        want = from_y0 if name.endswith("y0") else expected
+        np.testing.assert_allclose(value, want, rtol=1e-8, atol=1e-8, err_msg=name)

@@ -1,8 +1,9 @@
 """What every iterative solver of this package shares: tolerances, the stopping
 test and the mapping from how a loop ended to lineax's `RESULTS`."""
 
+import abc
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import equinox as eqx
 import jax
@@ -13,10 +14,37 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 from .._validate import as_int, as_real, check_tolerance
 from ._flat import Flattener, keep_conj, preconditioner_and_y0
 from ._prepare import expected_iterations, resolve_for_solve
-from ._system import flat_preconditioner, plain_system
+from ._system import flat_preconditioner, plain_system, System
 
 
 _State = TypeVar("_State")
+
+
+class _LoopEnd(Protocol):
+    """The fields of a loop state that `loop_end` reads."""
+
+    y: Array
+    step: Array
+    finite: Array
+
+
+class _Residuals(Protocol):
+    """The fields of a loop state that lineax's stopping test reads."""
+
+    y: Array
+    r: Array
+    diff: Array
+    b_scale: Array
+
+
+def check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
+    """Raises unless `operator` is square (equal input and output structures)."""
+    if operator.in_structure() != operator.out_structure():
+        raise ValueError(
+            f"`{name}` needs a square operator (equal input and output structures); "
+            f"got in_structure={operator.in_structure()} and "
+            f"out_structure={operator.out_structure()}."
+        )
 
 
 class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
@@ -30,11 +58,14 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
     Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
     do (same names, order and defaults), call `self.prepare(operator)` in `init`
-    (which fixes an `Auto` operator's decision once per solve), and implement
-    `solve_system(system, precond, y0)`, whose loop applies the operator only
-    through `system.apply(x, residual)`. [`lineax_dispatch.Normal`][] relies on
-    this to hand them the normal equations with one site for `A` and one for its
-    transpose.
+    (which fixes an `Auto` operator's decision once per solve), and implement the
+    abstract `solve_system(system, precond, y0)`, whose loop applies the operator
+    only through `system.apply(x, residual)`. [`lineax_dispatch.Normal`][] relies
+    on this to hand them the normal equations with one site for `A` and one for
+    its transpose. The loops share lineax's stopping test (`not_converged`), the
+    mapping of their end to `RESULTS` (`loop_end`) and, where the right-hand side
+    is known only through the first residual, its derivation from that residual
+    (`System.scale_of_rhs`, `System.from_first_residual`).
 
     !!! Example
 
@@ -45,7 +76,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         ```
     """
 
-    # Whether `options["preconditioner"]` must be tagged positive semidefinite.
+    # Whether `options["preconditioner"]` is accepted, and whether it must be
+    # tagged positive semidefinite.
+    takes_preconditioner: ClassVar[bool] = True
     psd_preconditioner: ClassVar[bool] = False
 
     rtol: eqx.AbstractVar[float]
@@ -80,6 +113,30 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     def has_scale(self) -> bool:
         return not (as_real(self.atol) == 0 and as_real(self.rtol) == 0)
 
+    @abc.abstractmethod
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs the solver on `system` from `y0`.
+
+        The loop applies the system's operator only through
+        `system.apply(x, residual)`. Where `system.rhs` is `None`, `y0` is zero and
+        the right-hand side is known through the first residual only (see
+        `System.scale_of_rhs`).
+
+        **Arguments:**
+
+        - `system`: the square system `N y = c`, on flat vectors.
+        - `precond`: the preconditioner as a function of flat vectors (the identity
+            where none was given).
+        - `y0`: the flat initial estimate.
+
+        **Returns:**
+
+        The flat solution (with the system's offset added), the result and the
+        stats.
+        """
+
     def solve_square(
         self,
         operator: lx.AbstractLinearOperator,
@@ -91,7 +148,11 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         and the flattener of the solution."""
         name = type(self).__name__
         preconditioner, y0 = preconditioner_and_y0(
-            operator, vector, options, solver_name=name
+            operator,
+            vector,
+            options,
+            allow_preconditioner=self.takes_preconditioner,
+            solver_name=name,
         )
         if (
             self.psd_preconditioner
@@ -137,35 +198,29 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         """lineax's default: ten times the number of unknowns."""
         return 10 * size if self.max_steps is None else self.max_steps
 
-    def not_converged(
-        self,
-        flat: Flattener,
-        r: Array,
-        b_scale: Array,
-        diff: Array,
-        y: Array,
-    ) -> Bool[Array, ""]:
-        """lineax's test: the residual `r` must be within `atol + rtol * |b|` and the
-        last update `diff` within `atol + rtol * |y|`, both measured by `norm`."""
+    def not_converged(self, system: System, state: _Residuals) -> Bool[Array, ""]:
+        """lineax's test: the residual `state.r` must be within `atol + rtol * |c|`
+        (`state.b_scale`) and the last update `state.diff` within
+        `atol + rtol * |y|`, both measured by `norm`."""
         if not self.has_scale:
             return jnp.array(True)
+        flat = system.flat
         with jax.numpy_dtype_promotion("standard"):
-            y_scale = self.atol + self.rtol * jnp.abs(y)
-            norm1 = self.norm(flat.unravel(r / b_scale))
-            norm2 = self.norm(flat.unravel(diff / y_scale))
+            y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
+            norm1 = self.norm(flat.unravel(state.r / state.b_scale))
+            norm2 = self.norm(flat.unravel(state.diff / y_scale))
         return (norm1 > 1) | (norm2 > 1)
 
     def b_scale(self, b: Array) -> Array:
+        """`atol + rtol * |b|`, elementwise: the scale of lineax's residual test."""
         with jax.numpy_dtype_promotion("standard"):
             return self.atol + self.rtol * jnp.abs(b)
 
-    def steps_result(
-        self, num_steps: Array, max_steps: int, not_converged: Array
-    ) -> lx.RESULTS:
-        """The result of a loop that stopped at `num_steps`: lineax's convention is
-        `singular` when `max_steps=None` (the default bound of 10x the size was hit)
-        and `max_steps_reached` when the user set `max_steps`."""
-        hit = (num_steps >= max_steps) & not_converged
+    def steps_result(self, hit: Bool[Array, ""]) -> lx.RESULTS:
+        """The result of a loop that ran out of steps short of convergence where
+        `hit`: lineax's convention is `singular` when `max_steps=None` (the default
+        bound of 10x the size was hit) and `max_steps_reached` when the user set
+        `max_steps`."""
         if self.max_steps is None:
             return lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
         if self.has_scale:
@@ -173,6 +228,42 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
             )
         return lx.RESULTS.successful
+
+    def loop_end(
+        self,
+        system: System,
+        state: _LoopEnd,
+        max_steps: int,
+        not_converged: Bool[Array, ""],
+        *,
+        codes: tuple[tuple[Bool[Array, ""], lx.RESULTS], ...] = (),
+        breakdown: Bool[Array, ""] | None = None,
+        finite_state: Bool[Array, ""] | None = None,
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """What `solve_system` returns once its loop has ended.
+
+        **Arguments:**
+
+        - `system`: the system solved.
+        - `state`: the loop's final state (its iterate `y`, step count `step` and
+            whether the right-hand side is finite, `finite`).
+        - `max_steps`: the bound on `state.step` the loop ran under.
+        - `not_converged`: the stopping test on the final state.
+        - `codes`: `(where, result)` pairs applied, in order, over the result of the
+            step count.
+        - `breakdown`, `finite_state`: as for `finish_result`.
+
+        **Returns:**
+
+        The flat solution (with the system's offset added), the result and the
+        stats (`num_steps`, `max_steps`).
+        """
+        result = self.steps_result((state.step >= max_steps) & not_converged)
+        for where, code in codes:
+            result = lx.RESULTS.where(where, code, result)
+        result = finish_result(result, state.finite, breakdown, finite_state)
+        stats = {"num_steps": state.step, "max_steps": self.max_steps}
+        return system.total(state.y), result, stats
 
 
 def transpose_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -1,17 +1,16 @@
 """BiCGStab with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, PyTree, Scalar
+from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, finish_result
-from ._cg import _check_square
-from ._flat import all_finite, dot, keep_linearise
+from ._base import AbstractOneSiteSolver, check_square
+from ._flat import dot, keep_linearise
 from ._system import System
 
 
@@ -19,6 +18,29 @@ _BiCGStabState: TypeAlias = lx.AbstractLinearOperator
 
 # Phases of the loop: which input the single `mv` slot receives.
 _RESIDUAL, _P_HALF, _S_HALF = 0, 1, 2
+
+
+class _Loop(NamedTuple):
+    """BiCGStab's loop state: the iterate `y`, the residual `r` and shadow
+    residual `rhat`, the recurrence's vectors `p`, `v = A M p`, `s` and `x = M p`,
+    its scalars, the last update `diff`, the step count, the `phase` of the next
+    pass; `finite` and `b_scale` describe the right-hand side."""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    rhat: Inexact[Array, " n"]
+    p: Inexact[Array, " n"]
+    v: Inexact[Array, " n"]
+    s: Inexact[Array, " n"]
+    x: Inexact[Array, " n"]
+    alpha: Inexact[Array, ""]
+    omega: Inexact[Array, ""]
+    rho: Inexact[Array, ""]
+    diff: Inexact[Array, " n"]
+    step: Int[Array, ""]
+    phase: Int[Array, ""]
+    finite: Bool[Array, ""]
+    b_scale: Array
 
 
 class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
@@ -59,7 +81,7 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
-        _check_square(operator, "BiCGStab")
+        check_square(operator, "BiCGStab")
         return keep_linearise(self.prepare(operator))
 
     def solve_system(
@@ -68,12 +90,12 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
         """Runs BiCGStab on `system` from `y0` (flat)."""
         flat = system.flat
         max_steps = self.resolve_max_steps(flat.size)
-        known_rhs = system.rhs is not None
         real = jnp.finfo(flat.dtype).dtype
         tiny = 0.0 if real == jnp.float64 else 1e-16
         one = jnp.ones((), flat.dtype)
         zeros = jnp.zeros_like(y0)
-        init = dict(
+        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        init = _Loop(
             y=y0,
             r=zeros,
             rhat=zeros,
@@ -87,74 +109,61 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             diff=jnp.full_like(y0, jnp.inf),
             step=jnp.array(0),
             phase=jnp.array(_RESIDUAL),
-            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
-            b_scale=(
-                self.b_scale(system.rhs) if known_rhs else jnp.zeros(y0.shape, real)
-            ),
+            finite=finite,
+            b_scale=b_scale,
         )
 
-        def broken(s):
+        def broken(s: _Loop):
             return (
-                (jnp.abs(s["omega"]) <= tiny)
-                | (jnp.abs(s["alpha"]) <= tiny)
-                | (jnp.abs(s["rho"]) <= tiny)
+                (jnp.abs(s.omega) <= tiny)
+                | (jnp.abs(s.alpha) <= tiny)
+                | (jnp.abs(s.rho) <= tiny)
             )
 
-        def not_converged(s):
-            return self.not_converged(
-                flat, s["r"], s["b_scale"], s["diff"], system.total(s["y"])
-            )
+        def cond_fun(s: _Loop):
+            iterate = ~broken(s) & self.not_converged(system, s) & (s.step < max_steps)
+            return s.finite & ((s.phase != _P_HALF) | iterate)
 
-        def cond_fun(s):
-            iterate = ~broken(s) & not_converged(s) & (s["step"] < max_steps)
-            return s["finite"] & ((s["phase"] != _P_HALF) | iterate)
-
-        def body_fun(s):
-            phase = s["phase"]
+        def body_fun(s: _Loop) -> _Loop:
+            phase = s.phase
             is_res, is_p = phase == _RESIDUAL, phase == _P_HALF
-            rho_new = dot(s["rhat"], s["r"])
-            beta = (rho_new / s["rho"]) * (s["alpha"] / s["omega"])
-            p_new = s["r"] + beta * (s["p"] - s["omega"] * s["v"])
+            rho_new = dot(s.rhat, s.r)
+            beta = (rho_new / s.rho) * (s.alpha / s.omega)
+            p_new = s.r + beta * (s.p - s.omega * s.v)
             # The one preconditioner slot and the one operator slot.
-            m = precond(jnp.where(is_p, p_new, s["s"]))
-            out = system.apply(jnp.where(is_res, s["y"], m), is_res)
+            m = precond(jnp.where(is_p, p_new, s.s))
+            out = system.apply(jnp.where(is_res, s.y, m), is_res)
             # First half-step: v = A M p.
-            alpha_new = rho_new / dot(s["rhat"], out)
-            s_new = s["r"] - alpha_new * out
+            alpha_new = rho_new / dot(s.rhat, out)
+            s_new = s.r - alpha_new * out
             # Second half-step: t = A M s.
-            omega_new = dot(out, s["s"]) / dot(out, out)
-            diff = s["alpha"] * s["x"] + omega_new * m
+            omega_new = dot(out, s.s) / dot(out, out)
+            diff = s.alpha * s.x + omega_new * m
             is_s = phase == _S_HALF
-            new = dict(
-                y=jnp.where(is_s, s["y"] + diff, s["y"]),
-                r=jnp.where(
-                    is_res, out, jnp.where(is_s, s["s"] - omega_new * out, s["r"])
-                ),
-                rhat=jnp.where(is_res, out, s["rhat"]),
-                p=jnp.where(is_p, p_new, s["p"]),
-                v=jnp.where(is_p, out, s["v"]),
-                s=jnp.where(is_p, s_new, s["s"]),
-                x=jnp.where(is_p, m, s["x"]),
-                alpha=jnp.where(is_p, alpha_new, s["alpha"]),
-                omega=jnp.where(is_s, omega_new, s["omega"]),
-                rho=jnp.where(is_p, rho_new, s["rho"]),
-                diff=jnp.where(is_s, diff, s["diff"]),
-                step=s["step"] + is_s.astype(s["step"].dtype),
-                phase=jnp.where(is_p, _S_HALF, _P_HALF),
-                finite=s["finite"],
-                b_scale=s["b_scale"],
+            b_scale, finite = system.from_first_residual(
+                is_res, out, self.b_scale, (s.b_scale, s.finite)
             )
-            if not known_rhs:
-                new["b_scale"] = jnp.where(is_res, self.b_scale(out), s["b_scale"])
-                new["finite"] = jnp.where(is_res, all_finite(out), s["finite"])
-            return new
+            return _Loop(
+                y=jnp.where(is_s, s.y + diff, s.y),
+                r=jnp.where(is_res, out, jnp.where(is_s, s.s - omega_new * out, s.r)),
+                rhat=jnp.where(is_res, out, s.rhat),
+                p=jnp.where(is_p, p_new, s.p),
+                v=jnp.where(is_p, out, s.v),
+                s=jnp.where(is_p, s_new, s.s),
+                x=jnp.where(is_p, m, s.x),
+                alpha=jnp.where(is_p, alpha_new, s.alpha),
+                omega=jnp.where(is_s, omega_new, s.omega),
+                rho=jnp.where(is_p, rho_new, s.rho),
+                diff=jnp.where(is_s, diff, s.diff),
+                step=s.step + is_s.astype(s.step.dtype),
+                phase=jnp.where(is_p, _S_HALF, _P_HALF),
+                finite=finite,
+                b_scale=b_scale,
+            )
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        nc = not_converged(s)
-        result = self.steps_result(s["step"], max_steps, nc)
-        result = finish_result(result, s["finite"], broken(s) & nc)
-        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
-        return system.total(s["y"]), result, stats
+        nc = self.not_converged(system, s)
+        return self.loop_end(system, s, max_steps, nc, breakdown=broken(s) & nc)
 
 
 BiCGStab.__init__.__doc__ = r"""**Arguments:**

@@ -1,19 +1,19 @@
 """Conjugate gradients with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias
 
 import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, PyTree, Scalar
+from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ._base import (
     AbstractOneSiteSolver,
+    check_square,
     conj_options,
-    finish_result,
     transpose_options,
 )
 from ._flat import all_finite, dot, keep_conj, keep_linearise
@@ -23,13 +23,23 @@ from ._system import System
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
 
 
-def _check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
-    if operator.in_structure() != operator.out_structure():
-        raise ValueError(
-            f"`{name}` needs a square operator (equal input and output structures); "
-            f"got in_structure={operator.in_structure()} and "
-            f"out_structure={operator.out_structure()}."
-        )
+class _Loop(NamedTuple):
+    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
+    update `diff` and `gamma = <M r, r>`; `pending` marks a residual pass (the
+    first and every refresh); `b_scale` and `finite` describe the right-hand side."""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    p: Inexact[Array, " n"]
+    diff: Inexact[Array, " n"]
+    gamma: Inexact[Array, ""]
+    step: Int[Array, ""]
+    pending: Bool[Array, ""]
+    started: Bool[Array, ""]
+    breakdown: Bool[Array, ""]
+    singular: Bool[Array, ""]
+    finite: Bool[Array, ""]
+    b_scale: Array
 
 
 class CG(AbstractOneSiteSolver[_CGState]):
@@ -83,7 +93,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
-        _check_square(operator, "CG")
+        check_square(operator, "CG")
         is_nsd = lx.is_negative_semidefinite(operator)
         if not (lx.is_positive_semidefinite(operator) | is_nsd):
             raise ValueError(
@@ -113,14 +123,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         size = flat.size
         max_steps = self.resolve_max_steps(size)
         rcond = 2 * jnp.finfo(flat.dtype).eps * max(size, 1)
-        known_rhs = system.rhs is not None
         zero = jnp.zeros((), flat.dtype)
-        b_scale0 = (
-            self.b_scale(system.rhs)
-            if known_rhs
-            else jnp.zeros(y0.shape, jnp.finfo(flat.dtype).dtype)
-        )
-        init = dict(
+        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        init = _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
             p=jnp.zeros_like(y0),
@@ -131,27 +136,24 @@ class CG(AbstractOneSiteSolver[_CGState]):
             started=jnp.array(False),
             breakdown=jnp.array(False),
             singular=jnp.array(False),
-            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
-            b_scale=b_scale0,
+            finite=finite,
+            b_scale=b_scale,
         )
 
-        def not_converged(s):
-            return self.not_converged(
-                flat, s["r"], s["b_scale"], s["diff"], system.total(s["y"])
-            )
-
-        def cond_fun(s):
-            going = s["finite"] & ~s["breakdown"] & ~s["singular"]
+        def cond_fun(s: _Loop):
+            going = s.finite & ~s.breakdown & ~s.singular
             iterate = (
-                (jnp.real(s["gamma"]) > 0) & (s["step"] < max_steps) & not_converged(s)
+                (jnp.real(s.gamma) > 0)
+                & (s.step < max_steps)
+                & self.not_converged(system, s)
             )
-            return going & (s["pending"] | iterate)
+            return going & (s.pending | iterate)
 
-        def body_fun(s):
-            pending, p, gamma = s["pending"], s["p"], s["gamma"]
+        def body_fun(s: _Loop):
+            pending, p, gamma = s.pending, s.p, s.gamma
             # The one application slot: the iterate on a residual step, else the
             # search direction.
-            out = system.apply(jnp.where(pending, s["y"], p), pending)
+            out = system.apply(jnp.where(pending, s.y, p), pending)
             curvature = dot(p, out)
             threshold = 100 * rcond * jnp.abs(gamma)
             ok = jnp.real(curvature) > threshold
@@ -160,29 +162,23 @@ class CG(AbstractOneSiteSolver[_CGState]):
             breakdown = bad & (jnp.real(curvature) < -threshold)
             singular = bad & ~breakdown
             alpha = gamma / jnp.where(ok, curvature, 1)
-            diff = jnp.where(step_taken, alpha * p, s["diff"])
-            y = jnp.where(step_taken, s["y"] + diff, s["y"])
-            r = jnp.where(
-                pending, out, jnp.where(step_taken, s["r"] - alpha * out, s["r"])
-            )
-            step = s["step"] + step_taken.astype(s["step"].dtype)
+            diff = jnp.where(step_taken, alpha * p, s.diff)
+            y = jnp.where(step_taken, s.y + diff, s.y)
+            r = jnp.where(pending, out, jnp.where(step_taken, s.r - alpha * out, s.r))
+            step = s.step + step_taken.astype(s.step.dtype)
             if self.stabilise_every is None:
                 refresh = jnp.array(False)
             else:
                 refresh = step_taken & (step % self.stabilise_every == 0)
-            # Unknown right-hand side: the first residual, at y = 0, is it.
-            first = ~s["started"]
-            if known_rhs:
-                b_scale, finite = s["b_scale"], s["finite"]
-            else:
-                b_scale = jnp.where(first, self.b_scale(out), s["b_scale"])
-                finite = jnp.where(first, all_finite(out), s["finite"])
+            b_scale, finite = system.from_first_residual(
+                ~s.started, out, self.b_scale, (s.b_scale, s.finite)
+            )
             z = precond(r)
             gamma_new = dot(z, r)
-            beta = gamma_new / jnp.where(s["started"], gamma, 1)
-            beta = jnp.where(s["started"], beta, 0)
+            beta = gamma_new / jnp.where(s.started, gamma, 1)
+            beta = jnp.where(s.started, beta, 0)
             advance = ~refresh & ~bad
-            return dict(
+            return _Loop(
                 y=y,
                 r=r,
                 p=jnp.where(advance, z + beta * p, p),
@@ -191,21 +187,23 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 step=step,
                 pending=refresh,
                 started=jnp.array(True),
-                breakdown=s["breakdown"] | breakdown,
-                singular=s["singular"] | singular,
+                breakdown=s.breakdown | breakdown,
+                singular=s.singular | singular,
                 finite=finite,
                 b_scale=b_scale,
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        result = self.steps_result(s["step"], max_steps, not_converged(s))
-        result = lx.RESULTS.where(s["singular"], lx.RESULTS.singular, result)
-        finite_state = (
-            jnp.isfinite(s["gamma"]) & all_finite(s["r"]) & all_finite(s["y"])
+        finite_state = jnp.isfinite(s.gamma) & all_finite(s.r) & all_finite(s.y)
+        return self.loop_end(
+            system,
+            s,
+            max_steps,
+            self.not_converged(system, s),
+            codes=((s.singular, lx.RESULTS.singular),),
+            breakdown=s.breakdown,
+            finite_state=finite_state,
         )
-        result = finish_result(result, s["finite"], s["breakdown"], finite_state)
-        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
-        return system.total(s["y"]), result, stats
 
     def transpose(self, state: _CGState, options: dict[str, Any]):
         operator, is_nsd = state

@@ -1,26 +1,48 @@
 """Restarted GMRES with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import jax.tree_util as jtu
 import lineax as lx
-from jaxtyping import Array, PyTree, Scalar
+from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, finish_result
-from ._cg import _check_square
-from ._flat import (
-    all_finite,
-    keep_linearise,
-    two_norm,
-)
+from ._base import AbstractOneSiteSolver, check_square
+from ._flat import keep_linearise, two_norm
 from ._system import System
 
 
 _GMRESState: TypeAlias = lx.AbstractLinearOperator
+
+
+class _Loop(NamedTuple):
+    """GMRES's loop state: the iterate `y`, the residual `r` of the last restart,
+    the last update `diff`; the Krylov `basis`, Hessenberg matrix `hess`, the
+    residual's 2-norm `r_norm` and the index `j` of the cycle; `pending` marks a
+    residual pass; the breakdown flags, stagnation count and restart count `step`;
+    `finite` and `b_scale` describe the right-hand side."""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    diff: Inexact[Array, " n"]
+    basis: Inexact[Array, "k n"]
+    hess: Inexact[Array, "k-1 k"]
+    r_norm: Real[Array, ""]
+    j: Int[Array, ""]
+    pending: Bool[Array, ""]
+    initial_breakdown: Bool[Array, ""]
+    breakdown: Bool[Array, ""]
+    deferred_breakdown: Bool[Array, ""]
+    cycle_breakdown: Bool[Array, ""]
+    r_min: Real[Array, ""]
+    stagnation: Int[Array, ""]
+    step: Int[Array, ""]
+    finite: Bool[Array, ""]
+    b_scale: Array
 
 
 class GMRES(AbstractOneSiteSolver[_GMRESState]):
@@ -70,7 +92,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
-        _check_square(operator, "GMRES")
+        check_square(operator, "GMRES")
         return keep_linearise(self.prepare(operator))
 
     def solve_system(
@@ -81,11 +103,11 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         size = flat.size
         max_steps = self.resolve_max_steps(size)
         restart = min(self.restart, size)
-        known_rhs = system.rhs is not None
         dtype = flat.dtype
         real = jnp.finfo(dtype).dtype
         eps = jnp.finfo(dtype).eps
-        init = dict(
+        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        init = _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
             diff=jnp.full_like(y0, jnp.inf),
@@ -101,112 +123,100 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             r_min=jnp.array(jnp.inf, real),
             stagnation=jnp.array(0),
             step=jnp.array(0),
-            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
-            b_scale=(
-                self.b_scale(system.rhs) if known_rhs else jnp.zeros(y0.shape, real)
-            ),
+            finite=finite,
+            b_scale=b_scale,
         )
 
-        def not_converged(s):
-            return self.not_converged(
-                flat, s["r"], s["b_scale"], s["diff"], system.total(s["y"])
-            )
-
-        def cond_fun(s):
+        def cond_fun(s: _Loop):
             # Between restarts (after a residual pass) apply lineax's test.
-            at_restart = ~s["pending"] & (s["j"] == 0)
+            at_restart = ~s.pending & (s.j == 0)
             iterate = (
-                ~s["deferred_breakdown"]
-                & (s["stagnation"] < self.stagnation_iters)
-                & not_converged(s)
-                & (s["step"] < max_steps)
+                ~s.deferred_breakdown
+                & (s.stagnation < self.stagnation_iters)
+                & self.not_converged(system, s)
+                & (s.step < max_steps)
             )
-            return s["finite"] & (~at_restart | iterate)
+            return s.finite & (~at_restart | iterate)
 
-        def residual_pass(s, w):
+        def residual_pass(s: _Loop, w: Array) -> _Loop:
             # `w = M (b - A y)`: the new residual; start a cycle from it.
             r_norm = self.norm(flat.unravel(w))
-            decreased = r_norm < s["r_min"]
+            decreased = r_norm < s.r_min
             size2 = two_norm(w)
             initial_breakdown = size2 < eps
             safe = jnp.where(initial_breakdown, jnp.inf, size2).astype(dtype)
-            new = dict(s)
-            new.update(
+            b_scale, finite = system.from_first_residual(
+                s.step == 0, w, self.b_scale, (s.b_scale, s.finite)
+            )
+            return s._replace(
                 r=w,
-                basis=jnp.zeros_like(s["basis"]).at[0].set(w / safe),
+                basis=jnp.zeros_like(s.basis).at[0].set(w / safe),
                 hess=jnp.eye(restart, restart + 1, dtype=dtype),
                 r_norm=size2,
                 j=jnp.array(0),
                 pending=jnp.array(False),
                 initial_breakdown=initial_breakdown,
                 cycle_breakdown=initial_breakdown,
-                deferred_breakdown=s["breakdown"],
-                breakdown=s["cycle_breakdown"],
-                r_min=jnp.minimum(r_norm, s["r_min"]),
-                stagnation=jnp.where(decreased, 0, s["stagnation"] + 1),
-                step=s["step"] + 1,
+                deferred_breakdown=s.breakdown,
+                breakdown=s.cycle_breakdown,
+                r_min=jnp.minimum(r_norm, s.r_min),
+                stagnation=jnp.where(decreased, 0, s.stagnation + 1),
+                step=s.step + 1,
+                finite=finite,
+                b_scale=b_scale,
             )
-            if not known_rhs:
-                first = s["step"] == 0
-                new["b_scale"] = jnp.where(first, self.b_scale(w), s["b_scale"])
-                new["finite"] = jnp.where(first, all_finite(w), s["finite"])
-            return new
 
-        def arnoldi_pass(s, w):
-            j, basis = s["j"], s["basis"]
+        def arnoldi_pass(s: _Loop, w: Array) -> _Loop:
+            j, basis = s.j, s.basis
             step_norm = two_norm(w)
             proj = basis.conj() @ w
             w = w - basis.T @ proj
             w_norm = two_norm(w)
-            breakdown = (w_norm < step_norm * eps) | s["initial_breakdown"]
+            breakdown = (w_norm < step_norm * eps) | s.initial_breakdown
             w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(dtype)
             proj = proj.at[j + 1].set(w_norm.astype(dtype))
-            hess = jnp.where(
-                s["initial_breakdown"], s["hess"], s["hess"].at[j].set(proj)
-            )
-            basis = jnp.where(s["initial_breakdown"], basis, basis.at[j + 1].set(w))
+            hess = jnp.where(s.initial_breakdown, s.hess, s.hess.at[j].set(proj))
+            basis = jnp.where(s.initial_breakdown, basis, basis.at[j + 1].set(w))
             j = j + 1
             done = (j >= restart) | breakdown
 
             def finish(hess, basis):
                 # Least squares with the Hessenberg matrix, as lineax (by QR).
-                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s["r_norm"].astype(dtype))
+                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s.r_norm.astype(dtype))
                 q, upper = jnp.linalg.qr(hess.T)
                 z = jsl.solve_triangular(upper, q.conj().T @ rhs)
                 return basis[:-1].T @ z
 
-            diff = lax.cond(
-                done, finish, lambda h, b: jnp.zeros_like(s["y"]), hess, basis
-            )
-            new = dict(s)
-            new.update(
-                y=jnp.where(done, s["y"] + diff, s["y"]),
-                diff=jnp.where(done, diff, s["diff"]),
+            diff = lax.cond(done, finish, lambda h, b: jnp.zeros_like(s.y), hess, basis)
+            return s._replace(
+                y=jnp.where(done, s.y + diff, s.y),
+                diff=jnp.where(done, diff, s.diff),
                 basis=basis,
                 hess=hess,
                 j=j,
                 pending=done,
                 cycle_breakdown=breakdown,
             )
-            return new
 
-        def body_fun(s):
-            pending = s["pending"]
+        def body_fun(s: _Loop) -> _Loop:
+            pending = s.pending
             # The one operator slot and the one preconditioner slot.
-            x = jnp.where(pending, s["y"], s["basis"][s["j"]])
+            x = jnp.where(pending, s.y, s.basis[s.j])
             w = precond(system.apply(x, pending))
             a, b = residual_pass(s, w), arnoldi_pass(s, w)
-            return {k: jnp.where(pending, a[k], b[k]) for k in s}
+            return jtu.tree_map(lambda a, b: jnp.where(pending, a, b), a, b)
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        nc = not_converged(s)
-        result = self.steps_result(s["step"], max_steps, nc)
-        result = lx.RESULTS.where(
-            s["stagnation"] >= self.stagnation_iters, lx.RESULTS.stagnation, result
+        nc = self.not_converged(system, s)
+        stagnated = s.stagnation >= self.stagnation_iters
+        return self.loop_end(
+            system,
+            s,
+            max_steps,
+            nc,
+            codes=((stagnated, lx.RESULTS.stagnation),),
+            breakdown=s.deferred_breakdown & nc,
         )
-        result = finish_result(result, s["finite"], s["deferred_breakdown"] & nc)
-        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
-        return system.total(s["y"]), result, stats
 
 
 GMRES.__init__.__doc__ = r"""**Arguments:**

@@ -36,7 +36,7 @@ OF THIS SOFTWARE, EVEN IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE.
 """
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import jax
 import jax.lax as lax
@@ -48,14 +48,14 @@ from lineax.internal import two_norm
 
 from ._base import AbstractOneSiteSolver, finish_result
 from ._flat import (
-    all_finite,
     flat_mv,
     Flattener,
     keep_conj,
     keep_linearise,
     preconditioner_and_y0,
-    result_dtype,
 )
+from ._lsmr_loop import Loop, lsmr_step
+from ._system import plain_system, System
 
 
 _LSMRState: TypeAlias = lx.AbstractLinearOperator
@@ -79,6 +79,10 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
     `A^H u - beta v`. The adjoint is always applied, to a safely normalised `u`,
     and its output discarded where lineax would skip it (`beta == 0`).
 
+    As the inner solver of [`lineax_dispatch.Normal`][] it runs on the normal
+    equations `A^H A x = A^H b`, whose operator is its own adjoint: both slots
+    apply it, so `A` and `A^H` are each written twice.
+
     This supports the following `options` (as passed to
     `lx.linear_solve(..., options=...)`).
 
@@ -93,6 +97,8 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         sol = lx.linear_solve(op, b, lxd.LSMR(rtol=1e-6, atol=1e-6))  # least squares
         ```
     """
+
+    takes_preconditioner: ClassVar[bool] = False
 
     rtol: float
     atol: float
@@ -117,93 +123,137 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         _, y0 = preconditioner_and_y0(
             operator, vector, options, allow_preconditioner=False, solver_name="LSMR"
         )
-        dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
-        rdtype = jnp.finfo(dtype).dtype
-        damp = jnp.zeros((), rdtype)  # damp is not supported at this time, as lineax.
-        in_flat = Flattener(operator.in_structure(), dtype)
-        out_flat = Flattener(operator.out_structure(), dtype)
+        system, x0 = plain_system(operator, vector, y0)
+        out_flat = Flattener(operator.out_structure(), system.flat.dtype)
         # Each called once, in the loop body. (Transposing a FunctionLinearOperator
         # traces its function once, here.)
-        mv = flat_mv(operator, in_flat, out_flat)
-        rmv = flat_mv(keep_conj(operator).transpose(), out_flat, in_flat)
-        b = out_flat.ravel(vector)
-        x0 = jnp.zeros((in_flat.size,), dtype) if y0 is None else in_flat.ravel(y0)
+        rmv = flat_mv(keep_conj(operator).transpose(), out_flat, system.flat)
+        x, result, stats = self._run(system, rmv, out_flat, x0)
+        return system.flat.unravel(x), result, stats
+
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs LSMR on `system` from `y0` (flat), for a system whose operator is its
+        own adjoint (as `Normal`'s): the adjoint slot applies it too. `precond` is
+        the identity (LSMR takes no preconditioner)."""
+        del precond
+        rmv = lambda u: system.apply(u, jnp.array(False))  # noqa: E731
+        return self._run(system, rmv, system.flat, y0)
+
+    def _run(
+        self,
+        system: System,
+        rmv: Callable[[Array], Array],
+        out_flat: Flattener,
+        x0: Array,
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """The LSMR loop on `system` (`A` through `system.apply`, `A^H` through
+        `rmv`, from `system.flat` to `out_flat`) from `x0`."""
+        in_flat = system.flat
+        dtype = in_flat.dtype
+        rdtype = jnp.finfo(dtype).dtype
+        damp = jnp.zeros((), rdtype)  # damp is not supported at this time, as lineax.
         norm_in, norm_out = self._flat_norm(in_flat), self._flat_norm(out_flat)
+        norm_x = lambda x: norm_in(system.total(x))  # noqa: E731
 
         # As lineax: ten times the number of singular values, avoiding overflow.
         int_max = jnp.iinfo(jnp.dtype(f"int{rdtype.itemsize * 8}")).max
         min_dim = min(in_flat.size, out_flat.size)
         default_steps = int_max if min_dim > int_max / 10 else 10 * min_dim
         max_steps = default_steps if self.max_steps is None else self.max_steps
-        normb = norm_out(b)
+        rhs_like = jax.ShapeDtypeStruct((out_flat.size,), dtype)
+        normb, finite = system.scale_of_rhs(norm_out, rhs_like)
         real = lambda value: jnp.asarray(value, rdtype)  # noqa: E731
         zeros_in = jnp.zeros_like(x0)
-        # Generally, latin letters (b, x, u, v, h etc) are vectors that may be
-        # complex; greek letters (alpha, beta, rho, zeta etc) are real scalars.
-        init = dict(first=jnp.array(True), x=x0, u=jnp.zeros_like(b), itn=jnp.array(0))
-        init.update(v=zeros_in, h=zeros_in, hbar=zeros_in, istop=jnp.array(0))
+        scalars = {}
         for value, names in [
             (0.0, "alpha beta zetabar alphabar sbar betadd betad tautildeold"),
             (0.0, "thetatilde zeta delta normA2 maxrbar normr normAr"),
             (1.0, "rho rhobar cbar rhodold condA"),
             (jnp.finfo(rdtype).max, "minrbar"),
         ]:
-            init.update({name: real(value) for name in names.split()})
-        init["finite"] = all_finite(b)
+            scalars.update({name: real(value) for name in names.split()})
+        init = Loop(
+            first=jnp.array(True),
+            x=x0,
+            u=jnp.zeros((out_flat.size,), dtype),
+            v=zeros_in,
+            h=zeros_in,
+            hbar=zeros_in,
+            itn=jnp.array(0),
+            istop=jnp.array(0),
+            normb=normb,
+            finite=finite,
+            **scalars,
+        )
 
-        def cond_fun(s):
-            return s["finite"] & (s["first"] | (s["istop"] == 0))
+        def cond_fun(s: Loop):
+            return s.finite & (s.first | (s.istop == 0))
 
-        def body_fun(s):
-            first = s["first"]
+        def body_fun(s: Loop) -> Loop:
+            first = s.first
             # The A slot: `b - A x0` on the first pass, else `A v - alpha u`.
-            out = mv(jnp.where(first, s["x"], s["v"]))
-            u = jnp.where(first, b - out, out - s["alpha"].astype(dtype) * s["u"])
+            out = system.apply(jnp.where(first, s.x, s.v), first)
+            u = jnp.where(first, out, out - s.alpha.astype(dtype) * s.u)
+            normb, finite = system.from_first_residual(
+                first, out, norm_out, (s.normb, s.finite)
+            )
             beta = norm_out(u)
             u = u / jnp.where(beta == 0, 1, beta).astype(dtype)
             # The A^H slot: `A^H u` on the first pass, else `A^H u - beta v`.
             w = rmv(u)
-            v = jnp.where(first, w, w - beta.astype(dtype) * s["v"])
+            v = jnp.where(first, w, w - beta.astype(dtype) * s.v)
             alpha = norm_in(v)
             v = v / jnp.where(alpha == 0, 1, alpha).astype(dtype)
             # Where lineax skips the A^H slot (beta == 0), keep alpha and v (on the
             # first pass these are lineax's alpha = 0, v = 0).
-            alpha = jnp.where(beta == 0, s["alpha"], alpha)
-            v = jnp.where(beta == 0, s["v"], v)
+            alpha = jnp.where(beta == 0, s.alpha, alpha)
+            v = jnp.where(beta == 0, s.v, v)
 
             # The first pass: lineax's initialisation. beta == 0 means x exactly
             # solves the well posed problem; alpha == 0 means x exactly solves the
             # least squares problem: stop at once, avoiding division by zero.
             istop = jnp.where(beta == 0, 1, jnp.where(alpha == 0, 2, 0))
-            start = dict(s, first=jnp.array(False), u=u, v=v, h=v, alpha=alpha)
-            start.update(beta=beta, zetabar=alpha * beta, alphabar=alpha)
-            start.update(betadd=beta, normA2=alpha**2, istop=istop)
-            start.update(normr=beta, normAr=alpha * beta)
+            start = s._replace(
+                first=jnp.array(False),
+                u=u,
+                v=v,
+                h=v,
+                alpha=alpha,
+                beta=beta,
+                zetabar=alpha * beta,
+                alphabar=alpha,
+                betadd=beta,
+                normA2=alpha**2,
+                istop=istop,
+                normr=beta,
+                normAr=alpha * beta,
+                normb=normb,
+                finite=finite,
+            )
             # A later pass: one LSMR step, with beta = beta_{k+1}, alpha = alpha_{k+1}.
-            step = dict(s, u=u, v=v, alpha=alpha, beta=beta)
-            step = self._step(step, damp, normb, norm_in, max_steps)
+            step = lsmr_step(
+                s._replace(u=u, v=v, alpha=alpha, beta=beta),
+                damp,
+                norm_x,
+                max_steps,
+                (self.atol, self.rtol, self.conlim),
+            )
             return jtu.tree_map(
                 lambda a, c: jnp.where(first, a, c).astype(a.dtype), start, step
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
 
-        stats = dict(num_steps=s["itn"], istop=s["istop"], norm_r=s["normr"])
-        stats.update(norm_Ar=s["normAr"], norm_A=jnp.sqrt(s["normA2"]))
-        stats.update(cond_A=s["condA"], norm_x=norm_in(s["x"]))
-        hit = s["itn"] == max_steps
-        if self.max_steps is None:
-            result = lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
-        elif self.has_scale:
-            result = lx.RESULTS.where(
-                hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
-            )
-        else:
-            result = lx.RESULTS.successful
-        result = lx.RESULTS.where(s["istop"] < 3, lx.RESULTS.successful, result)
-        result = lx.RESULTS.where(s["istop"] == 3, lx.RESULTS.conlim, result)
-        result = finish_result(result, s["finite"])
-        return in_flat.unravel(s["x"]), result, stats
+        stats = dict(num_steps=s.itn, istop=s.istop, norm_r=s.normr)
+        stats.update(norm_Ar=s.normAr, norm_A=jnp.sqrt(s.normA2))
+        stats.update(cond_A=s.condA, norm_x=norm_x(s.x))
+        result = self.steps_result(s.itn == max_steps)
+        result = lx.RESULTS.where(s.istop < 3, lx.RESULTS.successful, result)
+        result = lx.RESULTS.where(s.istop == 3, lx.RESULTS.conlim, result)
+        result = finish_result(result, s.finite)
+        return system.total(s.x), result, stats
 
     def _flat_norm(self, flat: Flattener) -> Callable[[Array], Array]:
         """`self.norm` of a flat vector, seen with the structure's shapes in the
@@ -213,115 +263,6 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         view = Flattener(jtu.tree_unflatten(treedef, promoted), flat.dtype)
         real = jnp.finfo(flat.dtype).dtype
         return lambda x: jnp.asarray(self.norm(view.unravel(x)), real)
-
-    def _step(self, st: dict[str, Array], damp, normb, norm_in, max_steps):
-        """lineax's LSMR loop body after the bidiagonalisation: rotations, updates
-        of `h`, `hbar`, `x`, the estimates of `||r||`, `||A||`, `cond(A)`, and the
-        stopping rules."""
-        st["itn"] = st["itn"] + 1
-        dtype = st["x"].dtype
-        # Construct rotation Qhat_{k,2k+1}.
-        chat, shat, alphahat = self._givens(st["alphabar"], damp)
-        # Use a plane rotation (Q_i) to turn B_i to R_i
-        rhoold = st["rho"]
-        c, s, st["rho"] = self._givens(alphahat, st["beta"])
-        thetanew = s * st["alpha"]
-        st["alphabar"] = c * st["alpha"]
-        # Use a plane rotation (Qbar_i) to turn R_i^T to R_i^bar
-        rhobarold = st["rhobar"]
-        zetaold = st["zeta"]
-        thetabar = st["sbar"] * st["rho"]
-        rhotemp = st["cbar"] * st["rho"]
-        st["cbar"], st["sbar"], st["rhobar"] = self._givens(rhotemp, thetanew)
-        st["zeta"] = st["cbar"] * st["zetabar"]
-        st["zetabar"] = -st["sbar"] * st["zetabar"]
-        # Update h, h_hat, x.
-        scale = -(thetabar * st["rho"] / (rhoold * rhobarold))
-        st["hbar"] = st["hbar"] * scale.astype(dtype) + st["h"]
-        step = st["zeta"] / (st["rho"] * st["rhobar"])
-        st["x"] = st["x"] + step.astype(dtype) * st["hbar"]
-        st["h"] = st["h"] * -(thetanew / st["rho"]).astype(dtype) + st["v"]
-        # Estimate of ||r||.
-        # Apply rotation Qhat_{k,2k+1}.
-        betaacute = chat * st["betadd"]
-        betacheck = -shat * st["betadd"]
-        # Apply rotation Q_{k,k+1}.
-        betahat = c * betaacute
-        st["betadd"] = -s * betaacute
-        # Apply rotation Qtilde_{k-1}.
-        # betad = betad_{k-1} here.
-        thetatildeold = st["thetatilde"]
-        ctildeold, stildeold, rhotildeold = self._givens(st["rhodold"], thetabar)
-        st["thetatilde"] = stildeold * st["rhobar"]
-        st["rhodold"] = ctildeold * st["rhobar"]
-        st["betad"] = -stildeold * st["betad"] + ctildeold * betahat
-        # betad   = betad_k here.
-        # rhodold = rhod_k  here.
-        st["tautildeold"] = (zetaold - thetatildeold * st["tautildeold"]) / rhotildeold
-        taud = (st["zeta"] - st["thetatilde"] * st["tautildeold"]) / st["rhodold"]
-        st["delta"] = st["delta"] + betacheck**2
-        st["normr"] = jnp.sqrt(
-            st["delta"] + (st["betad"] - taud) ** 2 + st["betadd"] ** 2
-        )
-        # Estimate ||A||.
-        st["normA2"] = st["normA2"] + st["beta"] ** 2
-        normA = jnp.sqrt(st["normA2"])
-        st["normA2"] = st["normA2"] + st["alpha"] ** 2
-        # Estimate cond(A).
-        st["maxrbar"] = jnp.maximum(st["maxrbar"], rhobarold)
-        st["minrbar"] = jnp.where(
-            st["itn"] > 1, jnp.minimum(st["minrbar"], rhobarold), st["minrbar"]
-        )
-        st["condA"] = jnp.maximum(st["maxrbar"], rhotemp) / jnp.minimum(
-            st["minrbar"], rhotemp
-        )
-        # Compute norms for convergence testing.
-        st["normAr"] = jnp.abs(st["zetabar"])
-        well_posed_tol = self.atol + self.rtol * (normA * norm_in(st["x"]) + normb)
-        least_squares_tol = self.atol + self.rtol * (normA * st["normr"])
-        # maxiter exceeded; cond(A) seems to be greater than conlim; x solves the
-        # least-squares problem, or A x = b, according to atol and rtol.
-        istop = jnp.where(st["itn"] >= max_steps, 4, st["istop"])
-        istop = jnp.where(st["condA"] > self.conlim, 3, istop)
-        istop = jnp.where(st["normAr"] < least_squares_tol, 2, istop)
-        st["istop"] = jnp.where(st["normr"] < well_posed_tol, 1, istop)
-        return st
-
-    def _givens(self, a, b):
-        """Stable Givens rotation, as lineax's (S.-C. Choi, "Iterative Methods for
-        Singular Linear Equations and Least-Squares Problems", 2006): finds real
-        `c, s, r` with `[[c, -s], [s, c]] @ [a, b] = [r, 0]`, `r = sqrt(a^2 + b^2)`.
-        Constants are made in the dtype of `a`, `b`, so float32 works under x64."""
-        assert not jnp.iscomplexobj(a)
-        assert not jnp.iscomplexobj(b)
-
-        def bzero(a, b):
-            return jnp.sign(a), jnp.zeros_like(a), jnp.abs(a)
-
-        def azero(a, b):
-            return jnp.zeros_like(b), jnp.sign(b), jnp.abs(b)
-
-        def b_gt_a(a, b):
-            tau = a / jnp.where(b == 0.0, 1.0, b)
-            s = jnp.sign(b) / jnp.sqrt(1.0 + tau**2)
-            c = s * tau
-            r = b / jnp.where(s == 0.0, 1.0, s)
-            return c, s, r
-
-        def a_ge_b(a, b):
-            tau = b / jnp.where(a == 0.0, 1.0, a)
-            c = jnp.sign(a) / jnp.sqrt(1.0 + tau**2)
-            s = c * tau
-            r = a / jnp.where(c == 0.0, 1.0, c)
-            return c, s, r
-
-        def either_zero(a, b):
-            return lax.cond(b == 0.0, bzero, azero, a, b)
-
-        def both_nonzero(a, b):
-            return lax.cond(jnp.abs(b) > jnp.abs(a), b_gt_a, a_ge_b, a, b)
-
-        return lax.cond((a == 0.0) | (b == 0.0), either_zero, both_nonzero, a, b)
 
     # `transpose` and `conj` are the base class's (LSMR takes no preconditioner).
 

@@ -1,27 +1,49 @@
 """MINRES with one `mv` call site."""
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias
 
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, PyTree, Scalar
+from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, finish_result
-from ._cg import _check_square
-from ._flat import (
-    all_finite,
-    dot,
-    keep_linearise,
-    two_norm,
-)
+from ._base import AbstractOneSiteSolver, check_square
+from ._flat import all_finite, dot, keep_linearise, two_norm
 from ._system import System
 
 
 _MINRESState: TypeAlias = lx.AbstractLinearOperator
+
+
+class _Loop(NamedTuple):
+    """MINRES's loop state, named as in scipy's: the iterate `y`, the Lanczos
+    vectors `v`, `r1`, `r2`, the update directions `w`, `w2`, the Lanczos and
+    Givens scalars and `phibar`, the residual's 2-norm estimate; `finite` and the
+    tolerance `tol` describe the right-hand side."""
+
+    y: Inexact[Array, " n"]
+    v: Inexact[Array, " n"]
+    r1: Inexact[Array, " n"]
+    r2: Inexact[Array, " n"]
+    w: Inexact[Array, " n"]
+    w2: Inexact[Array, " n"]
+    beta: Real[Array, ""]
+    oldb: Real[Array, ""]
+    tnorm2: Real[Array, ""]
+    dbar: Real[Array, ""]
+    epsln: Real[Array, ""]
+    phibar: Real[Array, ""]
+    sn: Real[Array, ""]
+    cs: Real[Array, ""]
+    step: Int[Array, ""]
+    started: Bool[Array, ""]
+    breakdown: Bool[Array, ""]
+    singular: Bool[Array, ""]
+    finite: Bool[Array, ""]
+    tol: Real[Array, ""]
 
 
 class MINRES(AbstractOneSiteSolver[_MINRESState]):
@@ -76,7 +98,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
         del options
-        _check_square(operator, "MINRES")
+        check_square(operator, "MINRES")
         if not (
             lx.is_symmetric(operator)
             | lx.is_positive_semidefinite(operator)
@@ -100,49 +122,50 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         real = jnp.finfo(flat.dtype).dtype
         eps = jnp.finfo(real).eps
         rcond = 2 * eps * max(size, 1)
-        known_rhs = system.rhs is not None
 
         def tolerance(b):
             with jax.numpy_dtype_promotion("standard"):
                 return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
 
         zero = jnp.zeros((), real)
-        vectors = ("v", "r1", "r2", "w", "w2")
-        scalars = ("beta", "oldb", "tnorm2", "dbar", "epsln", "phibar", "sn")
-        init = dict(
+        zeros = jnp.zeros_like(y0)
+        tol, finite = system.scale_of_rhs(tolerance, y0)
+        init = _Loop(
             y=y0,
-            **{name: jnp.zeros_like(y0) for name in vectors},
-            **{name: zero for name in scalars},
+            **dict.fromkeys(("v", "r1", "r2", "w", "w2"), zeros),
+            **dict.fromkeys(("beta", "oldb", "tnorm2", "dbar", "epsln"), zero),
+            phibar=zero,
+            sn=zero,
             cs=jnp.array(-1, real),
             step=jnp.array(0),
             started=jnp.array(False),
             breakdown=jnp.array(False),
             singular=jnp.array(False),
-            finite=all_finite(system.rhs) if known_rhs else jnp.array(True),
-            tol=tolerance(system.rhs) if known_rhs else zero,
+            finite=finite,
+            tol=tol,
         )
 
-        def not_converged(s):
-            return s["phibar"] > s["tol"]
+        def not_converged(s: _Loop):
+            return s.phibar > s.tol
 
-        def cond_fun(s):
-            going = s["finite"] & ~s["breakdown"] & ~s["singular"]
+        def cond_fun(s: _Loop):
+            going = s.finite & ~s.breakdown & ~s.singular
             # The Lanczos process has ended when beta is negligible against the
             # estimate of the operator's norm, `sqrt(tnorm2)`.
-            ended = s["beta"] <= rcond * jnp.sqrt(s["tnorm2"])
-            iterate = ~ended & (s["step"] < max_steps) & not_converged(s)
-            return going & (~s["started"] | iterate)
+            ended = s.beta <= rcond * jnp.sqrt(s.tnorm2)
+            iterate = ~ended & (s.step < max_steps) & not_converged(s)
+            return going & (~s.started | iterate)
 
-        def body_fun(s):
-            first = ~s["started"]
-            v, beta, oldb, phibar = s["v"], s["beta"], s["oldb"], s["phibar"]
+        def body_fun(s: _Loop) -> _Loop:
+            first = ~s.started
+            v, beta, oldb, phibar = s.v, s.beta, s.oldb, s.phibar
             # The one application slot: the residual at y0 on the first pass, else
             # the operator applied to the Lanczos vector.
             out = system.apply(jnp.where(first, y0, v), first)
             # Lanczos: u = A v - (beta / oldb) r1 - (alpha / beta) r2.
-            u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s["r1"]
+            u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s.r1
             alpha = jnp.real(dot(v, u))
-            u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s["r2"]
+            u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s.r2
             u = jnp.where(first, out, u)
             z = precond(u)
             beta_sq = jnp.real(dot(u, z))
@@ -152,17 +175,17 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
             # Unlike scipy, it leaves out the first beta, the norm of the residual.
             entries = alpha**2 + beta_new**2 + jnp.where(oldb > 0, beta**2, 0)
-            tnorm2 = s["tnorm2"] + jnp.where(step, entries, 0)
+            tnorm2 = s.tnorm2 + jnp.where(step, entries, 0)
             small = rcond * jnp.sqrt(tnorm2)
             # QR of the Lanczos tridiagonal by Givens rotations.
-            delta = s["cs"] * s["dbar"] + s["sn"] * alpha
-            gbar = s["sn"] * s["dbar"] - s["cs"] * alpha
-            dbar = -s["cs"] * beta_new
+            delta = s.cs * s.dbar + s.sn * alpha
+            gbar = s.sn * s.dbar - s.cs * alpha
+            dbar = -s.cs * beta_new
             gamma_raw = jnp.hypot(gbar, beta_new)
             gamma = jnp.maximum(gamma_raw, eps)
             cs, sn = gbar / gamma, beta_new / gamma
             phi = cs * phibar
-            w = (v - s["epsln"] * s["w2"] - delta * s["w"]) / gamma
+            w = (v - s.epsln * s.w2 - delta * s.w) / gamma
             # The projected matrix is singular (the step, which would blow up, is
             # not taken), or the iterate is a least-squares solution: `||A r||` is
             # negligible against `||A|| ||r||`.
@@ -170,49 +193,48 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
             take = step & ~degenerate
             phibar = jnp.where(first, beta_new, jnp.where(take, sn * phibar, phibar))
-            # Unknown right-hand side: the first residual, at y = 0, is it.
-            if known_rhs:
-                tol, finite = s["tol"], s["finite"]
-            else:
-                tol = jnp.where(first, tolerance(out), s["tol"])
-                finite = jnp.where(first, all_finite(out), s["finite"])
+            tol, finite = system.from_first_residual(
+                first, out, tolerance, (s.tol, s.finite)
+            )
 
             def pick(new, old):
                 return jnp.where(step, new, old)
 
-            return dict(
-                y=jnp.where(take, s["y"] + phi * w, s["y"]),
+            return _Loop(
+                y=jnp.where(take, s.y + phi * w, s.y),
                 v=z / jnp.where(beta_new > 0, beta_new, 1),
-                r1=pick(s["r2"], s["r1"]),
+                r1=pick(s.r2, s.r1),
                 r2=u,
-                w=pick(w, s["w"]),
-                w2=pick(s["w"], s["w2"]),
+                w=pick(w, s.w),
+                w2=pick(s.w, s.w2),
                 beta=beta_new,
                 oldb=pick(beta, oldb),
                 tnorm2=tnorm2,
-                dbar=pick(dbar, s["dbar"]),
-                epsln=pick(s["sn"] * beta_new, s["epsln"]),
+                dbar=pick(dbar, s.dbar),
+                epsln=pick(s.sn * beta_new, s.epsln),
                 phibar=phibar,
-                cs=pick(cs, s["cs"]),
-                sn=pick(sn, s["sn"]),
-                step=s["step"] + step.astype(s["step"].dtype),
+                sn=pick(sn, s.sn),
+                cs=pick(cs, s.cs),
+                step=s.step + step.astype(s.step.dtype),
                 started=jnp.array(True),
-                breakdown=s["breakdown"] | breakdown,
-                singular=s["singular"] | singular,
+                breakdown=s.breakdown | breakdown,
+                singular=s.singular | singular,
                 finite=finite,
                 tol=tol,
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        result = self.steps_result(s["step"], max_steps, not_converged(s))
-        singular = s["singular"] & not_converged(s)
-        result = lx.RESULTS.where(singular, lx.RESULTS.singular, result)
-        finite_state = (
-            jnp.isfinite(s["phibar"]) & jnp.isfinite(s["beta"]) & all_finite(s["y"])
+        nc = not_converged(s)
+        finite_state = jnp.isfinite(s.phibar) & jnp.isfinite(s.beta) & all_finite(s.y)
+        return self.loop_end(
+            system,
+            s,
+            max_steps,
+            nc,
+            codes=((s.singular & nc, lx.RESULTS.singular),),
+            breakdown=s.breakdown,
+            finite_state=finite_state,
         )
-        result = finish_result(result, s["finite"], s["breakdown"], finite_state)
-        stats = {"num_steps": s["step"], "max_steps": self.max_steps}
-        return system.total(s["y"]), result, stats
 
 
 MINRES.__init__.__doc__ = r"""**Arguments:**

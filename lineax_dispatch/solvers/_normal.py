@@ -53,10 +53,13 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
     inner solver's single slot computes `A^H (A x)`, or the residual
     `A^H (b - A x)`, and `A^H b` is that residual at `x = 0`, so it needs no site
     of its own (lineax's `Normal(CG)` writes `mv` three times and the transpose four
-    times). Starting from zero, CG on the normal equations returns the
+    times). `LSMR` applies the normal equations' operator in both of its slots, so
+    writes each twice. Starting from zero, CG on the normal equations returns the
     least-squares solution of minimum norm, so wide and rank-deficient operators
-    need no separate form. With any other inner solver (e.g. `lx.Cholesky()`) this
-    behaves exactly as [`lineax.Normal`][].
+    need no separate form. With any other inner solver (e.g. `lx.Cholesky()`,
+    `lx.CG(...)`, `lx.LU()`) this behaves exactly as [`lineax.Normal`][]: the inner
+    solver is applied to `A^H A` (or `A A^H` for a wide `A`), tagged positive
+    semidefinite.
 
     `options`:
 
@@ -74,6 +77,20 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
     """
 
     inner_solver: lx.AbstractLinearSolver
+
+    def __check_init__(self):
+        inner = self.inner_solver
+        if isinstance(inner, lx.AbstractLinearSolver):
+            return
+        if isinstance(inner, type) and issubclass(inner, lx.AbstractLinearSolver):
+            hint = f"; instantiate it: {inner.__name__}(...)"
+        else:
+            hint = ""
+        raise TypeError(
+            "`Normal(inner_solver=...)` must be a linear solver, an instance of "
+            "`lineax.AbstractLinearSolver` (e.g. `lxd.CG(rtol=1e-6, atol=1e-6)` or "
+            f"`lx.Cholesky()`); got {inner!r} of type {type(inner).__name__}{hint}."
+        )
 
     @property
     def _one_site(self) -> bool:
@@ -118,6 +135,11 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         preconditioner = options.get("preconditioner")
         if preconditioner is None:
             precond = lambda x: x
+        elif not self.inner_solver.takes_preconditioner:
+            raise ValueError(
+                f"`Normal({type(self.inner_solver).__name__}(...))` does not accept "
+                "`options['preconditioner']`: the inner solver takes none."
+            )
         else:
             preconditioner = _check_preconditioner(preconditioner, operator)
             m_mv = flat_mv(preconditioner, b_flat, x_flat)
@@ -144,6 +166,6 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
 Normal.__init__.__doc__ = """**Arguments:**
 
 - `inner_solver`: the solver for the positive semidefinite normal equations:
-    `lxd.CG(...)` (the usual choice), `lxd.MINRES(...)`, or a direct solver such as
-    `lx.Cholesky()`.
+    `lxd.CG(...)` (the usual choice), any other solver of this package, or one of
+    lineax's, such as the direct `lx.Cholesky()`.
 """

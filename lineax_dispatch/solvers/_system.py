@@ -11,11 +11,12 @@ that `Normal` can hand them `N = A^H A` with `c = A^H b` without a second site f
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat import flat_mv, Flattener, result_dtype
+from ._flat import all_finite, flat_mv, Flattener, result_dtype
 
 
 class System(eqx.Module):
@@ -37,13 +38,68 @@ class System(eqx.Module):
     flat: Flattener
 
     def total(self, y: Array) -> Array:
+        """The solution of the user's problem for the system's iterate `y`."""
         return y if self.offset is None else self.offset + y
+
+    def scale_of_rhs(
+        self, scale: Callable[[Array], Array], like: Array | jax.ShapeDtypeStruct
+    ) -> tuple[Array, Bool[Array, ""]]:
+        """The initial `(scale(c), all_finite(c))` of a solver's loop.
+
+        **Arguments:**
+
+        - `scale`: the function of `c` the solver's stopping test reads (e.g.
+            `atol + rtol * |c|`).
+        - `like`: an array, or `jax.ShapeDtypeStruct`, shaped as `c`.
+
+        **Returns:**
+
+        The pair; where `c` is unknown (`rhs` is `None`), a placeholder
+        `(zeros, True)` shaped as `scale(like)`, which the loop replaces on its
+        first pass by `from_first_residual`.
+        """
+        if self.rhs is None:
+            shape = jax.eval_shape(scale, like)
+            return jnp.zeros(shape.shape, shape.dtype), jnp.array(True)
+        return scale(self.rhs), all_finite(self.rhs)
+
+    def from_first_residual(
+        self,
+        first: Bool[Array, ""],
+        residual: Array,
+        scale: Callable[[Array], Array],
+        current: tuple[Array, Bool[Array, ""]],
+    ) -> tuple[Array, Bool[Array, ""]]:
+        """`current`, the `(scale(c), all_finite(c))` of `scale_of_rhs`, derived
+        from the first residual where `c` is unknown: at `y = 0` it is `c`.
+
+        **Arguments:**
+
+        - `first`: whether this is the loop's first pass, where `residual` is
+            `c - N y0`.
+        - `residual`: the output of the pass's `apply` (after the preconditioner
+            where the solver scales the preconditioned residual).
+        - `scale`: as given to `scale_of_rhs`.
+        - `current`: the pair carried by the loop.
+
+        **Returns:**
+
+        The pair to carry on.
+        """
+        if self.rhs is not None:
+            return current
+        scaled, finite = current
+        return (
+            jnp.where(first, scale(residual), scaled),
+            jnp.where(first, all_finite(residual), finite),
+        )
 
 
 def plain_system(
     operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
-    """The system `A y = b` of a square operator, and the flat starting point."""
+    """The system `A y = b`, and the flat starting point. (`N` is `A`; the
+    operator is square for every solver but `LSMR`.)"""
     dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
     flat = Flattener(operator.in_structure(), dtype)
     out_flat = Flattener(operator.out_structure(), dtype)
@@ -54,7 +110,7 @@ def plain_system(
         w = mv(x)
         return jnp.where(residual, b - w, w)
 
-    y0_flat = jnp.zeros_like(b) if y0 is None else flat.ravel(y0)
+    y0_flat = jnp.zeros(flat.size, dtype) if y0 is None else flat.ravel(y0)
     return System(apply=apply, rhs=b, offset=None, flat=flat), y0_flat
 
 
