@@ -32,7 +32,7 @@ lint: $(VENV)/.installed-tests
 # pyright in basic mode over lineax_dispatch/ ([tool.pyright] in pyproject.toml),
 # against the packages in .venv. Not yet part of `make test`: it still reports
 # errors in lineax_dispatch/solvers/ and policies/_jit.py.
-typecheck: $(VENV)/.installed-tests
+typecheck: $(VENV)/.installed-typecheck
 	$(BIN)/pyright --pythonpath $(BIN)/python
 
 # The documentation site, into site/; any warning fails it.

@@ -1,13 +1,15 @@
 """The worked examples of `docs/examples/` run to completion (each checks its own
 answers against optimistix's or lineax's and raises if they differ).
 
-They run one after another in a single subprocess (one start of Python and jax,
-not one each), each as `python docs/examples/NAME.py` would run it."""
+Each runs in a subprocess of its own, as `python docs/examples/NAME.py` would run
+it: one test per example, so that the two test workers share them."""
 
 import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 
 EXAMPLES = sorted(
@@ -39,10 +41,11 @@ def test_there_are_examples():
     assert {"bratu.py", "curve_fit.py", "many_rhs.py"} <= names
 
 
-def test_examples_run():
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs(path):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, "-c", _DRIVER, *map(str, EXAMPLES)],
+        [sys.executable, "-c", _DRIVER, str(path)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -50,9 +53,8 @@ def test_examples_run():
     )
     outputs = {}
     for section in done.stdout.split(_MARK)[1:]:
-        path, _, output = section.partition("\n")
-        outputs[path] = output
+        name, _, output = section.partition("\n")
+        outputs[name] = output
     assert done.returncode == 0, done.stdout + done.stderr
-    for path in EXAMPLES:
-        assert str(path) in outputs, f"{path.name} did not run:\n{done.stderr}"
-        assert outputs[str(path)].strip(), f"{path.name} printed nothing"
+    assert str(path) in outputs, f"{path.name} did not run:\n{done.stderr}"
+    assert outputs[str(path)].strip(), f"{path.name} printed nothing"
