@@ -76,7 +76,11 @@ def auto_choice(jitted, op, static, params, x, case: Case) -> dict:
         if isinstance(prepared, lx.MatrixLinearOperator):
             out["strategy"] = "Materialise"
         else:
-            out["strategy"] = type(getattr(prepared, "policy", None)).__name__
+            policy = getattr(prepared, "policy", None)
+            # Under a trace the decided policy is applied as part of the solve's
+            # trace (lineax_dispatch's private `_Pinned`), which holds it.
+            policy = getattr(policy, "policy", policy)
+            out["strategy"] = type(policy).__name__
     except Exception as e:  # pragma: no cover - the package is being written
         out["strategy"] = "?"
         out["prepare_error"] = repr(e)
