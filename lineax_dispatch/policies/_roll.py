@@ -31,7 +31,6 @@ import jax.lax as lax
 import jax.numpy as jnp
 
 from .._compat import bind_equation
-from ._marked import is_marked
 from ._roll_plan import RollPlan
 
 
@@ -54,25 +53,6 @@ def eval_eqns(eqns: Sequence[Any], env: dict, literal: Callable | None = None) -
         for var, value in zip(eqn.outvars, outs):
             if not isinstance(var, jex.DropVar):
                 env[var] = value
-
-
-def inline_call(eqn: Any, invals: Sequence[Any]) -> list:
-    """Evaluates a call equation on `invals`: a marked call's body inlined (`jit`
-    is transparent to every transformation, and a marked call carries no
-    shardings or effects of its own), any other bound as it is.
-
-    **Arguments:**
-
-    - `eqn`: a `jax.extend.core.JaxprEqn`.
-    - `invals`: its input values.
-
-    **Returns:**
-
-    The list of its outputs.
-    """
-    if is_marked(eqn) and not eqn.effects:
-        return list(jex.jaxpr_as_fun(eqn.params["jaxpr"])(*invals))
-    return bind_equation(eqn, list(invals))
 
 
 def prologue(closed: Any, inputs: Sequence[Any], stop: int) -> dict:
@@ -188,15 +168,13 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             full = [read(outer, v) for v in call.invars]
             for p, value in zip(varying, args):
                 full[p] = value
-            # The one call site of the computation, its body inlined: XLA:CPU
-            # compiles a call inside a loop body markedly slower (measured +0.13 s
-            # for a 32-layer chain) than the same operations in the body itself.
-            results = inline_call(call, full)
+            local = {v: x for v, x in zip(call.invars, full) if not _is_literal(v)}
+            eval_eqns([call], local)  # the one call site of the computation
             outs = [
-                _as_aval(x, v.aval)
+                _as_aval(local[v], v.aval)
                 if not isinstance(v, jex.DropVar)
                 else _zeros(v.aval)
-                for v, x in zip(call.outvars, results)
+                for v in call.outvars
             ]
             if len(branches) == 1:
                 new_args, new_slots = branches[0](j, args, slots, outs)
