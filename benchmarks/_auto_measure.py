@@ -47,7 +47,7 @@ def _decision_dict(decision) -> dict:
         strategy=decision.strategy,
         policy=repr(decision.policy),
         reasons=list(decision.reasons),
-        estimates={name: t for name, t in decision.estimates},
+        estimates={e.strategy: e.seconds for e in decision.estimates},
         memory_needed=int(decision.memory_needed),
     )
 

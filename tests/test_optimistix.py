@@ -394,9 +394,9 @@ def test_explain_reports_auto_solver_choices():
         return optx.root_find(_bratu, solver, u0, lam, tags=_PSD).value
 
     direct = lxd.explain(lambda lam: solve(lam, None), 5.0)
-    assert [s[2] for s in direct.solves] == ["AutoLinearSolver"]
+    assert [s.solver for s in direct.solves] == ["AutoLinearSolver"]
     assert "16x16 -> AutoLinearSolver: Cholesky" in str(direct)
     matrix_free = lxd.explain(lambda lam: solve(lam, 1000), 5.0)
-    assert [s[2] for s in matrix_free.solves] == ["CG"]
+    assert [s.solver for s in matrix_free.solves] == ["CG"]
     assert "over the budget of 1 KB" in str(matrix_free)
     assert matrix_free.rows[0].operator == "FunctionLinearOperator"

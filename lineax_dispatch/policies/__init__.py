@@ -14,7 +14,13 @@ from ._budget import (
     format_bytes as format_bytes,
     parse_memory_budget as parse_memory_budget,
 )
-from ._decide import CostModel as CostModel, decide as decide, Decision as Decision
+from ._cost import mv_cost as mv_cost, MvCost as MvCost
+from ._decide import (
+    CostModel as CostModel,
+    decide as decide,
+    Decision as Decision,
+    Estimate as Estimate,
+)
 from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
 from ._explain import (
     explain as explain,
@@ -24,13 +30,12 @@ from ._explain import (
 from ._jit import jit as jit
 from ._lazy import Lazy as Lazy
 from ._materialise import Materialise as Materialise
-from ._observation import (
-    mv_cost as mv_cost,
-    Observation as Observation,
-    observe as observe,
-)
+from ._observation import Observation as Observation, observe as observe
 from ._outline import Outline as Outline
-from ._registry import expected_executions as expected_executions
+from ._registry import (
+    expected_executions as expected_executions,
+    SolverChoice as SolverChoice,
+)
 from ._roll_policy import Roll as Roll
 
 

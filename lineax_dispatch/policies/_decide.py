@@ -10,6 +10,7 @@ XLA:CPU machine with `benchmarks/callsites.py`; set your own with
 
 import dataclasses
 import math
+from collections.abc import Iterable
 
 import equinox as eqx
 
@@ -102,6 +103,32 @@ class CostModel(eqx.Module):
                 check_tolerance(value, f"CostModel({field.name}=...)")
 
 
+class Estimate(eqx.Module):
+    """One strategy's estimated cost, in a [`lineax_dispatch.Decision`][].
+
+    **Arguments:** (each is also the attribute of that name)
+
+    - `policy`: the strategy, a policy (`Lazy()`, `Roll()`, `Outline()` or
+        `Materialise(batch_size)`, with the build's chunk of columns).
+    - `compile_seconds`: the time to compile the program's copies of `mv`; `None`
+        where the strategy is not allowed (over the memory budget).
+    - `run_seconds`: the time one run of the program spends in them; `None` where
+        not allowed.
+    - `seconds`: compile time plus `runs` times the run time; `None` where not
+        allowed.
+    """
+
+    policy: AbstractPolicy
+    compile_seconds: float | None = None
+    run_seconds: float | None = None
+    seconds: float | None = None
+
+    @property
+    def strategy(self) -> str:
+        """The name of the strategy's policy class (`"Lazy"`, `"Roll"`...)."""
+        return type(self.policy).__name__
+
+
 class Decision(eqx.Module):
     """What Auto chose for one operator, and why: the result of
     [`lineax_dispatch.decide`][] and of `Auto.decision`, and a row of
@@ -114,6 +141,7 @@ class Decision(eqx.Module):
         op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
         decision = op.policy.decision(op, call_sites=8)
         print(decision.strategy, decision.reasons[-1])
+        print({e.strategy: e.seconds for e in decision.estimates})
         ```
 
     **Arguments:** (each is also the attribute of that name)
@@ -121,15 +149,15 @@ class Decision(eqx.Module):
     - `policy`: the chosen strategy, a policy (`Lazy()`, `Roll()`, `Outline()`,
         `Materialise(batch_size)`, `VmapBatch(batch_size)` or `Scan()`).
     - `reasons`: sentences explaining the choice.
-    - `estimates`: `(strategy name, estimated seconds or None if not allowed)`
-        for each strategy considered.
+    - `estimates`: a `lineax_dispatch.policies.Estimate` for each strategy considered
+        (its `seconds` `None` if not allowed).
     - `memory_needed`: bytes that materialising would need (matrix plus build
         workspace), 0 where not relevant.
     """
 
     policy: AbstractPolicy
     reasons: tuple[str, ...]
-    estimates: tuple[tuple[str, float | None], ...] = ()
+    estimates: tuple[Estimate, ...] = ()
     memory_needed: int = 0
 
     @property
@@ -178,22 +206,28 @@ def mv_run(o: Observation, model: CostModel) -> float:
     return max(o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second)
 
 
-def estimates(
-    o: Observation, model: CostModel
-) -> dict[str, tuple[float, float] | None]:
-    """`strategy -> (compile seconds, seconds per run of the program)`, `None`
-    where not allowed."""
+def _estimate(
+    policy: AbstractPolicy, compile_seconds: float, run_seconds: float, weight: float
+) -> Estimate:
+    return Estimate(
+        policy, compile_seconds, run_seconds, compile_seconds + weight * run_seconds
+    )
+
+
+def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
+    """A `lineax_dispatch.policies.Estimate` of each strategy: compile seconds, seconds
+    per run of the program and their total over `o.runs` runs, `None` where not
+    allowed."""
     copy = mv_compile(o, model)
     batched_copy = batched_compile(o, model)
     site = model.compile_per_site
+    weight = max(o.runs, 1.0)
     # Each solve builds its own matrix (in its `init`); plain call sites share one
     # build under `lxd.jit`.
     builds = o.solves + (1 if o.call_sites > o.solves else 0)
     run_mv = mv_run(o, model)
     k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
-    out: dict[str, tuple[float, float] | None] = {
-        "Lazy": (k * (copy + site), runs * run_mv),
-    }
+    out = [_estimate(Lazy(), k * (copy + site), runs * run_mv, weight)]
     if o.rollable and k >= 2:
         if o.stackable:
             # One batched call (its dot products on blocks of vectors): the flops
@@ -208,12 +242,17 @@ def estimates(
         else:
             roll_run = runs * run_mv
             roll_copy = copy
-        out["Roll"] = (
-            roll_copy + site + model.roll_fixed + k * model.roll_site,
-            roll_run + k * model.roll_step,
+        out.append(
+            _estimate(
+                Roll(),
+                roll_copy + site + model.roll_fixed + k * model.roll_site,
+                roll_run + k * model.roll_step,
+                weight,
+            )
         )
-    out.update(
-        Outline=(
+    out.append(
+        _estimate(
+            Outline(),
             copy + site + k * model.outline_site,
             runs
             * (
@@ -221,22 +260,36 @@ def estimates(
                 + model.outline_call
                 + o.operator_bytes / model.callback_bytes_per_second
             ),
+            weight,
         )
     )
     chunk = build_chunk(o, model)
     if chunk is None:
-        out["Materialise"] = None
+        out.append(Estimate(Materialise()))
     else:
         build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
             o.in_size / chunk
         ) * (o.mv_bytes / model.bytes_per_second)
         apply = runs * o.matrix_bytes / model.bytes_per_second
-        out["Materialise"] = (
-            builds * (model.materialise_fixed + batched_copy + site)
-            + k * model.matmul_site,
-            builds * build + apply,
+        out.append(
+            _estimate(
+                Materialise(batch_size=chunk),
+                builds * (model.materialise_fixed + batched_copy + site)
+                + k * model.matmul_site,
+                builds * build + apply,
+                weight,
+            )
         )
-    return out
+    return tuple(out)
+
+
+def cheapest(candidates: Iterable[Estimate]) -> Estimate | None:
+    """The allowed estimate of fewest seconds (`Lazy` on a tie), `None` if none is
+    allowed."""
+    allowed = [e for e in candidates if e.seconds is not None]
+    if not allowed:
+        return None
+    return min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -271,42 +324,33 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
     weight = max(o.runs, 1.0)
-    totals = {
-        name: (None if c is None else c[0] + weight * c[1]) for name, c in costs.items()
-    }
-    feasible = {name: t for name, t in totals.items() if t is not None}
-    best = min(feasible, key=lambda name: (feasible[name], name != "Lazy"))
+    best = cheapest(costs)
+    assert best is not None  # Lazy is always allowed
     reasons = [
         f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
         f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed; "
         f"compile once, run {weight:g} time(s)."
     ]
-    for name, c in costs.items():
-        if c is None:
+    for e in costs:
+        if e.seconds is None:
             reasons.append(
-                f"Materialise not allowed: it needs {format_bytes(needed)} with a "
+                f"{e.strategy} not allowed: it needs {format_bytes(needed)} with a "
                 f"budget of {format_bytes(o.memory_budget)}."
             )
         else:
             reasons.append(
-                f"{name}: compile ~{c[0]:.3g} s + {weight:g} x run ~{c[1]:.3g} s."
+                f"{e.strategy}: compile ~{e.compile_seconds:.3g} s + {weight:g} x "
+                f"run ~{e.run_seconds:.3g} s."
             )
     others = ", ".join(
-        f"{name} ~{t:.3g} s" if t is not None else f"{name} over budget"
-        for name, t in totals.items()
-        if name != best
+        f"{e.strategy} ~{e.seconds:.3g} s"
+        if e.seconds is not None
+        else f"{e.strategy} over budget"
+        for e in costs
+        if e is not best
     )
-    reasons.append(f"{best} is cheapest: ~{totals[best]:.3g} s ({others}).")
-    if best == "Materialise":
-        policy: AbstractPolicy = Materialise(batch_size=build_chunk(o, model))
-    else:
-        policy = {"Lazy": Lazy(), "Outline": Outline(), "Roll": Roll()}[best]
-    return Decision(
-        policy,
-        tuple(reasons),
-        tuple(totals.items()),
-        needed if not o.explicit else 0,
-    )
+    reasons.append(f"{best.strategy} is cheapest: ~{best.seconds:.3g} s ({others}).")
+    return Decision(best.policy, tuple(reasons), costs, needed)
 
 
 def _decide_batch(o: Observation, model: CostModel) -> Decision:

@@ -8,11 +8,12 @@ import lineax as lx
 
 from ._auto import Auto
 from ._budget import format_bytes
+from ._cost import jaxpr_cost
 from ._decide import Decision
 from ._jit import _CompileAware
-from ._observation import jaxpr_cost, observe
+from ._observation import observe
 from ._program import out_leaves
-from ._registry import site_text
+from ._registry import site_text, SolverChoice
 
 
 class ExplainRow(eqx.Module):
@@ -48,7 +49,7 @@ class ExplainReport(eqx.Module):
     """
 
     rows: tuple[ExplainRow, ...]
-    solves: tuple[tuple[str, str, str, tuple[str, ...]], ...] = ()
+    solves: tuple[SolverChoice, ...] = ()
 
     def __str__(self) -> str:
         headers = (
@@ -95,8 +96,11 @@ class ExplainReport(eqx.Module):
             lines.append("(no operator with an Auto policy had its mv applied)")
         if self.solves:
             lines.append("linear solves (lxd.AutoSolver):")
-        for operator, size, solver, reasons in self.solves:
-            lines.append(f"  {operator} {size} -> {solver}: " + " ".join(reasons))
+        for choice in self.solves:
+            lines.append(
+                f"  {choice.operator} {choice.size} -> {choice.solver}: "
+                + " ".join(choice.reasons)
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -110,8 +114,8 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
     site was traced, as `file:line (source)`), `executions` (expected runs of `mv`
     per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
     and `decision` (a [`lineax_dispatch.Decision`][]).
-- `solves`: the choices of every `lxd.AutoSolver` in the program, as
-    `(operator, size, solver, reasons)`.
+- `solves`: the choices of every `lxd.AutoSolver` in the program, each a
+    `lineax_dispatch.policies.SolverChoice` (`operator`, `size`, `solver`, `reasons`).
 """
 
 

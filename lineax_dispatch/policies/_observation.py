@@ -4,15 +4,14 @@ import math
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 
+from ._cost import mv_cost, MvCost
 from ._dense import EXPLICIT_OPERATORS
-from ._guard import operator_dtype, promoted_dtype
-from ._marked import current_scope, inline_mv, mv_parts
-from ._registry import cost_cache, is_leaf_array, operator_key
+from ._guard import promoted_dtype
+from ._registry import is_leaf_array
 
 
 class Observation(eqx.Module):
@@ -94,140 +93,6 @@ class Observation(eqx.Module):
         return self.in_size * self.out_size * self.itemsize
 
 
-# Lowering a function prints its closed-over constants into the module; above this
-# many bytes of constants the cost comes from the jaxpr alone.
-_LOWER_CONSTANTS_LIMIT = 16 * 2**20
-
-
-def _sub_jaxprs(eqn) -> list:
-    out = []
-    for value in eqn.params.values():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
-                out.append(item.jaxpr)
-            elif hasattr(item, "eqns"):
-                out.append(item)
-    return out
-
-
-def _walk(jaxpr, totals: dict) -> None:
-    for eqn in jaxpr.eqns:
-        subs = _sub_jaxprs(eqn)
-        if subs:
-            for sub in subs:
-                _walk(sub, totals)
-            continue
-        out_avals = [v.aval for v in eqn.outvars]
-        in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
-        nbytes = sum(
-            math.prod(a.shape) * a.dtype.itemsize
-            for a in in_avals + out_avals
-            if hasattr(a, "dtype")
-        )
-        totals["bytes"] += nbytes
-        totals["workspace"] += sum(
-            math.prod(a.shape) * a.dtype.itemsize
-            for a in out_avals
-            if hasattr(a, "dtype")
-        )
-        if eqn.primitive.name == "dot_general":
-            (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval
-            contracted = math.prod(lhs.shape[d] for d in lhs_contract)
-            out_size = math.prod(out_avals[0].shape)
-            totals["flops"] += 2.0 * out_size * contracted
-            totals["dots"] += 1
-        else:
-            totals["flops"] += float(sum(math.prod(a.shape) for a in out_avals))
-            totals["ops"] += 1
-
-
-def jaxpr_cost(closed: Any) -> dict[str, Any]:
-    """Flops, bytes accessed, operation counts, workspace and constant bytes of a
-    closed jaxpr, from its equations alone (dot products counted exactly, other
-    operations by their output sizes); nothing is traced or lowered.
-
-    **Arguments:**
-
-    - `closed`: a `jax.extend.core.ClosedJaxpr`.
-
-    **Returns:**
-
-    A dict as `mv_cost` returns, with `source` `"jaxpr"`.
-    """
-    totals = {"flops": 0.0, "bytes": 0.0, "dots": 0, "ops": 0, "workspace": 0}
-    _walk(closed.jaxpr, totals)
-    constant_bytes = sum(
-        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
-    )
-    return dict(totals, constant_bytes=int(constant_bytes), source="jaxpr")
-
-
-def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> dict[str, Any]:
-    """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
-    cached per operator kind in the current context.
-
-    Flops and bytes come from XLA's `cost_analysis()` of the lowered (not
-    compiled) function where the backend gives it and the function's constants
-    are small; otherwise from the jaxpr (dot products counted exactly, other
-    operations by their output sizes). Dot and operation counts always come from
-    the jaxpr.
-
-    **Returns:**
-
-    A dict with `flops`, `bytes`, `dots`, `ops`, `constant_bytes`, `workspace`
-    (bytes of every intermediate of one `mv`: what each vector of a batch needs)
-    and `source`.
-    """
-    key = operator_key(operator) if key is None else key
-    cache = cost_cache()
-    if key in cache:
-        return cache[key]
-    # Traced through the marked call that applies it inline: a later call in the
-    # same trace reuses this trace of the user's function. One trace gives the
-    # jaxpr and the lowering.
-    dynamic, static = mv_parts(operator)
-    dynamic = jtu.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-        dynamic,
-        is_leaf=is_leaf_array,
-    )
-    try:
-        traced = inline_mv.trace(
-            (static, current_scope()), dynamic, operator.in_structure()
-        )
-        closed = traced.jaxpr
-    except Exception:  # an operator whose mv cannot be traced alone
-        in_size, out_size = operator.in_size(), operator.out_size()
-        itemsize = jnp.dtype(operator_dtype(operator)).itemsize
-        cost = {
-            "flops": 2.0 * in_size * out_size,
-            "bytes": float(in_size * out_size * itemsize),
-            "dots": 1,
-            "ops": 1,
-            "constant_bytes": 0,
-            "workspace": 2 * (in_size + out_size) * itemsize,
-            "source": "estimate",
-        }
-        cache[key] = cost
-        return cost
-    cost = jaxpr_cost(closed)
-    constant_bytes = cost["constant_bytes"]
-    if constant_bytes <= _LOWER_CONSTANTS_LIMIT:
-        try:
-            analysis = traced.lower().cost_analysis() or {}
-            if isinstance(analysis, list):  # older jax: one dict per computation
-                analysis = analysis[0] if analysis else {}
-        except Exception:  # a backend without cost analysis
-            analysis = {}
-        if "flops" in analysis:
-            cost["flops"] = float(analysis["flops"])
-            cost["bytes"] = float(analysis.get("bytes accessed", cost["bytes"]))
-            cost["source"] = "cost_analysis"
-    cache[key] = cost
-    return cost
-
-
 def _size(structure: Any) -> int:
     return sum(math.prod(x.shape) for x in jtu.tree_leaves(structure))
 
@@ -245,7 +110,7 @@ def observe(
     stackable: bool = False,
     with_cost: bool = True,
     key: Any = None,
-    cost: dict[str, Any] | None = None,
+    cost: MvCost | None = None,
     out_structure: Any = None,
 ) -> Observation:
     """Builds the [`lineax_dispatch.Observation`][] of `operator`: its sizes, dtype
@@ -261,8 +126,9 @@ def observe(
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
     - `key`: the operator's key for the cost cache (computed when `None`).
-    - `cost`: the cost of one `mv` where it is already known (as `mv_cost` gives
-        it: `lxd.jit` reads it from the traced program), instead of tracing `mv`.
+    - `cost`: the cost of one `mv` where it is already known (a
+        `lineax_dispatch.policies.MvCost`: `lxd.jit` reads it from the traced
+        program), instead of tracing `mv`.
     - `out_structure`: the operator's output structure where it is already known
         (`lxd.jit` reads it from the traced program), instead of asking the
         operator (which may trace its function for it).
@@ -297,7 +163,7 @@ def observe(
     if cost is not None:
         # Arrays closed over by a closure-converted function are constants of
         # its jaxpr, not leaves: count them as the operator's own.
-        operator_bytes += cost["constant_bytes"]
+        operator_bytes += cost.constant_bytes
     return Observation(
         kind=type(operator).__name__,
         in_size=_size(in_structure),
@@ -312,12 +178,12 @@ def observe(
         runs=float(runs),
         rollable=bool(rollable),
         stackable=bool(stackable and rollable),
-        mv_flops=0.0 if cost is None else cost["flops"],
-        mv_bytes=0.0 if cost is None else cost["bytes"],
-        mv_dots=0 if cost is None else cost["dots"],
-        mv_ops=0 if cost is None else cost["ops"],
+        mv_flops=0.0 if cost is None else cost.flops,
+        mv_bytes=0.0 if cost is None else cost.bytes,
+        mv_dots=0 if cost is None else cost.dots,
+        mv_ops=0 if cost is None else cost.ops,
         operator_bytes=int(operator_bytes),
-        mv_workspace=0 if cost is None else int(cost["workspace"]),
+        mv_workspace=0 if cost is None else int(cost.workspace),
         explicit=explicit,
-        cost_source="none" if cost is None else cost["source"],
+        cost_source="none" if cost is None else cost.source,
     )

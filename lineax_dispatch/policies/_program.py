@@ -9,11 +9,12 @@ import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
-from ._decide import build_chunk, decide, Decision
+from ._cost import jaxpr_cost
+from ._decide import cheapest, decide, Decision
 from ._lazy import Lazy
 from ._marked import is_marked, MARKED_NAME
 from ._materialise import Materialise
-from ._observation import jaxpr_cost, observe
+from ._observation import observe
 from ._registry import AutoRecord, equation_site, Session
 from ._roll_plan import call_group
 from ._roll_policy import Roll
@@ -163,25 +164,16 @@ def _same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
     return found is not None and all(p >= arrays for p in found[2])
 
 
-def _restrict(decision: Decision, allowed: set[str], chunk: int | None) -> Decision:
+def _restrict(decision: Decision, allowed: set[str]) -> Decision:
     """`decision`, or the cheapest of its estimates among `allowed` strategies if it
-    chose another (a strategy the rewrite cannot apply to these sites); `chunk` is
-    the build's chunk of columns should that be `Materialise`."""
+    chose another (a strategy the rewrite cannot apply to these sites)."""
     if decision.strategy in allowed:
         return decision
-    totals = {name: t for name, t in decision.estimates if t is not None}
-    best = min(
-        (name for name in totals if name in allowed),
-        key=lambda name: (totals[name], name != "Lazy"),
-        default="Lazy",
-    )
-    policy = {
-        "Roll": Roll(),
-        "Materialise": Materialise(batch_size=chunk),
-    }.get(best, Lazy())
+    best = cheapest(e for e in decision.estimates if e.strategy in allowed)
+    policy = Lazy() if best is None else best.policy
     note = (
-        f"{decision.strategy} cannot be applied to these call sites here; {best} "
-        "is the cheapest that can."
+        f"{decision.strategy} cannot be applied to these call sites here; "
+        f"{type(policy).__name__} is the cheapest that can."
     )
     return Decision(policy, (*decision.reasons, note), decision.estimates, 0)
 
@@ -221,7 +213,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
         allowed.add("Roll")
     if top_only and _same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
-    return _restrict(decision, allowed, build_chunk(observation, policy.cost_model))
+    return _restrict(decision, allowed)
 
 
 def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:

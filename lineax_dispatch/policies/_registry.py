@@ -91,6 +91,24 @@ class SolveRecord:
     site: tuple[str, int]
 
 
+class SolverChoice(eqx.Module):
+    """What an `lxd.AutoSolver` chose for one solve, in an
+    [`lineax_dispatch.ExplainReport`][]'s `solves`.
+
+    **Arguments:** (each is also the attribute of that name)
+
+    - `operator`: the operator's class name.
+    - `size`: `"out x in"`.
+    - `solver`: the chosen lineax solver's class name.
+    - `reasons`: sentences explaining the choice.
+    """
+
+    operator: str
+    size: str
+    solver: str
+    reasons: tuple[str, ...]
+
+
 @dataclasses.dataclass
 class Session:
     """The state of one `lxd.jit` (or `lxd.explain`) trace: the `Auto` operator kinds
@@ -100,10 +118,8 @@ class Session:
     token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     records: dict[Any, AutoRecord] = dataclasses.field(default_factory=dict)
     solves: list[SolveRecord] = dataclasses.field(default_factory=list)
-    # `AutoSolver`'s choices: (operator, size, solver, reasons), for `explain`.
-    solver_choices: list[tuple[str, str, str, tuple[str, ...]]] = dataclasses.field(
-        default_factory=list
-    )
+    # `AutoSolver`'s choices, for `explain`.
+    solver_choices: list[SolverChoice] = dataclasses.field(default_factory=list)
 
     def record(self, operator: Any, key: Any) -> AutoRecord:
         """The record of `operator`'s kind (`key`), made at its first `mv`."""
@@ -164,7 +180,7 @@ def record_solver_choice(
     if one is running."""
     active = _SESSION.get()
     if active is not None:
-        active.solver_choices.append((operator, size, solver, reasons))
+        active.solver_choices.append(SolverChoice(operator, size, solver, reasons))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,211 @@
+"""The cost of one `mv`: `MvCost`, from XLA's cost analysis or from the jaxpr."""
+
+import dataclasses
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.tree_util as jtu
+import lineax as lx
+
+from ._guard import itemsize
+from ._marked import current_scope, inline_mv, mv_parts
+from ._registry import cost_cache, is_leaf_array, operator_key
+
+
+def aval_bytes(aval: Any) -> int:
+    """Bytes of an abstract value (0 for one without a dtype, such as a token)."""
+    if not hasattr(aval, "dtype"):
+        return 0
+    return math.prod(aval.shape) * aval.dtype.itemsize
+
+
+class MvCost(eqx.Module):
+    """The cost of one `mv`, as `lineax_dispatch.policies.mv_cost` gives it.
+
+    **Arguments:** (each is also the attribute of that name)
+
+    - `flops`: floating-point operations.
+    - `bytes`: bytes accessed.
+    - `dots`: dot products the function lowers to.
+    - `ops`: other operations it lowers to.
+    - `constant_bytes`: bytes of the arrays its jaxpr closes over.
+    - `workspace`: bytes of every intermediate (what each vector of a batch needs).
+    - `source`: where `flops` and `bytes` came from: `"cost_analysis"`, `"jaxpr"`
+        or `"estimate"`.
+    """
+
+    flops: float
+    bytes: float
+    dots: int
+    ops: int
+    constant_bytes: int
+    workspace: int
+    source: str
+
+
+@dataclasses.dataclass
+class _Totals:
+    """What `_walk` adds up over a jaxpr's equations."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    dots: int = 0
+    ops: int = 0
+    workspace: int = 0
+
+
+# Lowering a function prints its closed-over constants into the module; above this
+# many bytes of constants the cost comes from the jaxpr alone.
+_LOWER_CONSTANTS_LIMIT = 16 * 2**20
+
+
+def _sub_jaxprs(eqn) -> list:
+    out = []
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
+                out.append(item.jaxpr)
+            elif hasattr(item, "eqns"):
+                out.append(item)
+    return out
+
+
+def _walk(jaxpr, totals: _Totals) -> None:
+    for eqn in jaxpr.eqns:
+        subs = _sub_jaxprs(eqn)
+        if subs:
+            for sub in subs:
+                _walk(sub, totals)
+            continue
+        out_avals = [v.aval for v in eqn.outvars]
+        in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
+        totals.bytes += sum(aval_bytes(a) for a in in_avals + out_avals)
+        totals.workspace += sum(aval_bytes(a) for a in out_avals)
+        if eqn.primitive.name == "dot_general":
+            (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval
+            contracted = math.prod(lhs.shape[d] for d in lhs_contract)
+            out_size = math.prod(out_avals[0].shape)
+            totals.flops += 2.0 * out_size * contracted
+            totals.dots += 1
+        else:
+            totals.flops += float(sum(math.prod(a.shape) for a in out_avals))
+            totals.ops += 1
+
+
+def jaxpr_cost(closed: Any) -> MvCost:
+    """Flops, bytes accessed, operation counts, workspace and constant bytes of a
+    closed jaxpr, from its equations alone (dot products counted exactly, other
+    operations by their output sizes); nothing is traced or lowered.
+
+    **Arguments:**
+
+    - `closed`: a `jax.extend.core.ClosedJaxpr`.
+
+    **Returns:**
+
+    A `lineax_dispatch.policies.MvCost` with `source` `"jaxpr"`.
+    """
+    totals = _Totals()
+    _walk(closed.jaxpr, totals)
+    constant_bytes = sum(
+        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
+    )
+    return MvCost(
+        flops=totals.flops,
+        bytes=totals.bytes,
+        dots=totals.dots,
+        ops=totals.ops,
+        constant_bytes=int(constant_bytes),
+        workspace=totals.workspace,
+        source="jaxpr",
+    )
+
+
+def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
+    """The cost of a dense matrix-vector product, for an operator whose `mv` cannot
+    be traced alone."""
+    in_size, out_size = operator.in_size(), operator.out_size()
+    size = itemsize(operator)
+    return MvCost(
+        flops=2.0 * in_size * out_size,
+        bytes=float(in_size * out_size * size),
+        dots=1,
+        ops=1,
+        constant_bytes=0,
+        workspace=2 * (in_size + out_size) * size,
+        source="estimate",
+    )
+
+
+def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
+    """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
+    cached per operator kind in the current context.
+
+    Flops and bytes come from XLA's `cost_analysis()` of the lowered (not
+    compiled) function where the backend gives it and the function's constants
+    are small; otherwise from the jaxpr (dot products counted exactly, other
+    operations by their output sizes). Dot and operation counts always come from
+    the jaxpr.
+
+    **Arguments:**
+
+    - `operator`: the operator.
+    - `key`: its key for the cost cache (computed when `None`).
+
+    **Returns:**
+
+    A `lineax_dispatch.policies.MvCost`: `flops`, `bytes`, `dots`, `ops`,
+    `constant_bytes`, `workspace` (bytes of every intermediate of one `mv`: what
+    each vector of a batch needs) and `source`.
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        cost = lxd.policies.mv_cost(op)
+        print(cost.flops, cost.source)
+        ```
+    """
+    key = operator_key(operator) if key is None else key
+    cache = cost_cache()
+    if key in cache:
+        return cache[key]
+    # Traced through the marked call that applies it inline: a later call in the
+    # same trace reuses this trace of the user's function. One trace gives the
+    # jaxpr and the lowering.
+    dynamic, static = mv_parts(operator)
+    dynamic = jtu.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        dynamic,
+        is_leaf=is_leaf_array,
+    )
+    try:
+        traced = inline_mv.trace(
+            (static, current_scope()), dynamic, operator.in_structure()
+        )
+        closed = traced.jaxpr
+    except Exception:  # an operator whose mv cannot be traced alone
+        cost = _estimate(operator)
+        cache[key] = cost
+        return cost
+    cost = jaxpr_cost(closed)
+    if cost.constant_bytes <= _LOWER_CONSTANTS_LIMIT:
+        try:
+            analysis = traced.lower().cost_analysis() or {}
+            if isinstance(analysis, list):  # older jax: one dict per computation
+                analysis = analysis[0] if analysis else {}
+        except Exception:  # a backend without cost analysis
+            analysis = {}
+        if "flops" in analysis:
+            cost = dataclasses.replace(
+                cost,
+                flops=float(analysis["flops"]),
+                bytes=float(analysis.get("bytes accessed", cost.bytes)),
+                source="cost_analysis",
+            )
+    cache[key] = cost
+    return cost

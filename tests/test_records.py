@@ -1,0 +1,52 @@
+"""The records lineax-dispatch hands back are typed: cost analyses, estimates,
+solver choices; and budgets are parsed once and compared by value."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import lineax_dispatch as lxd
+from lineax_dispatch.policies import Estimate, mv_cost, MvCost
+
+
+def _op(policy=None):
+    structure = jax.ShapeDtypeStruct((32,), jnp.float32)
+    return lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=policy)
+
+
+def test_mv_cost_returns_a_typed_record():
+    cost = mv_cost(_op())
+    assert isinstance(cost, MvCost)
+    assert cost.flops > 0 and cost.bytes > 0
+    assert cost.source in ("cost_analysis", "jaxpr")
+    assert cost.workspace > 0 and cost.constant_bytes >= 0
+    assert cost.dots + cost.ops > 0
+
+
+def test_decision_estimates_are_typed_and_hold_their_policies():
+    o = lxd.observe(_op(), memory_budget=2**30, call_sites=16, rollable=True)
+    decision = lxd.decide(o)
+    strategies = [e.strategy for e in decision.estimates]
+    assert strategies == ["Lazy", "Roll", "Outline", "Materialise"]
+    assert all(isinstance(e, Estimate) for e in decision.estimates)
+    for e in decision.estimates:
+        assert type(e.policy).__name__ == e.strategy
+        assert e.seconds == pytest.approx(e.compile_seconds + o.runs * e.run_seconds)
+    best = min(decision.estimates, key=lambda e: e.seconds)
+    assert decision.policy == best.policy
+    materialise = decision.estimates[-1].policy
+    assert materialise.batch_size is not None
+
+
+def test_over_budget_estimate_has_no_seconds():
+    o = lxd.observe(_op(), memory_budget=1, call_sites=4)
+    decision = lxd.decide(o)
+    (materialise,) = [e for e in decision.estimates if e.strategy == "Materialise"]
+    assert materialise.seconds is None and materialise.compile_seconds is None
+    assert decision.strategy != "Materialise"
+
+
+def test_explicit_operator_decision_has_no_estimates():
+    op = lxd.MatrixLinearOperator(jnp.eye(4), policy=lxd.Auto())
+    decision = op.policy.decision(op)
+    assert decision.strategy == "Lazy" and decision.estimates == ()
