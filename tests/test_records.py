@@ -50,3 +50,34 @@ def test_explicit_operator_decision_has_no_estimates():
     op = lxd.MatrixLinearOperator(jnp.eye(4), policy=lxd.Auto())
     decision = op.policy.decision(op)
     assert decision.strategy == "Lazy" and decision.estimates == ()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda b: lxd.Materialise(memory_budget=b),
+        lambda b: lxd.Auto(memory_budget=b),
+        lambda b: lxd.AutoSolver(memory_budget=b),
+    ],
+)
+def test_budgets_are_parsed_once_and_compare_by_value(make):
+    parsed = make("2GB")
+    assert parsed == make(2 * 10**9)
+    assert parsed.memory_budget == 2 * 10**9
+    assert isinstance(parsed.memory_budget, int)
+    assert make("512 MiB") == make(512 * 2**20) != parsed
+    assert make(None).memory_budget is None
+    with pytest.raises(ValueError, match="memory_budget"):
+        make("2XB")
+
+
+def test_sizes_have_one_home():
+    from lineax_dispatch.policies import _sizes
+
+    op = _op()
+    assert _sizes.itemsize(op) == 4
+    assert _sizes.dense_bytes(op) == 32 * 32 * 4
+    assert _sizes.operator_build_bytes(op, 8) == 4 * (32 * 32 + 8 * 64)
+    o = lxd.observe(op, memory_budget=2**30)
+    assert o.matrix_bytes == _sizes.dense_bytes(op)
+    assert o.itemsize == _sizes.itemsize(op)

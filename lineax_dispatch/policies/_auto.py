@@ -7,7 +7,8 @@ from jaxtyping import PyTree
 
 from .._validate import check_positive_real
 from ._base import AbstractPolicy
-from ._budget import parse_memory_budget, resolve_budget
+from ._budget import optional_budget, resolve_budget
+from ._cost import MvCost
 from ._decide import CostModel, decide, Decision
 from ._marked import current_scope, inline_mv, marked_mv
 from ._observation import observe
@@ -74,9 +75,7 @@ class Auto(AbstractPolicy):
             minimise compile time plus `runs` times the run time. `100` by default;
             `1` for a program run once.
         """
-        self.memory_budget = (
-            None if memory_budget is None else parse_memory_budget(memory_budget)
-        )
+        self.memory_budget = optional_budget(memory_budget)
         if not isinstance(cost_model, CostModel):
             raise TypeError(
                 "`cost_model` must be an `lxd.CostModel`; got "
@@ -105,7 +104,7 @@ class Auto(AbstractPolicy):
         solves: int = 0,
         rollable: bool = False,
         key: Any = None,
-        cost: dict[str, Any] | None = None,
+        cost: MvCost | None = None,
         out_structure: Any = None,
     ) -> Decision:
         """The decision for `operator` with the given use.

@@ -1,4 +1,5 @@
-"""Memory budgets: parsing `"2GB"`-style values and finding free memory."""
+"""Memory budgets: parsing `"2GB"`-style values (once, by every policy and solver
+that takes one) and finding free memory."""
 
 import os
 import re
@@ -76,6 +77,23 @@ def parse_memory_budget(value: int | float | str) -> int:
             f"{value!r} ({number:g} bytes)."
         )
     return int(number)
+
+
+def optional_budget(value: int | float | str | None) -> int | None:
+    """`parse_memory_budget(value)`, or `None` for `None`: the converter of every
+    `memory_budget` field, so that a budget is read once, when its policy or solver
+    is made, and budgets compare by value (`"2GB"` equals `2 * 10**9`).
+
+    **Arguments:**
+
+    - `value`: a budget as [`lineax_dispatch.parse_memory_budget`][] reads it, or
+        `None`.
+
+    **Returns:**
+
+    The budget in bytes, or `None`.
+    """
+    return None if value is None else parse_memory_budget(value)
 
 
 def free_memory(

@@ -9,16 +9,9 @@ import jax
 import jax.tree_util as jtu
 import lineax as lx
 
-from ._guard import itemsize
 from ._marked import current_scope, inline_mv, mv_parts
 from ._registry import cost_cache, is_leaf_array, operator_key
-
-
-def aval_bytes(aval: Any) -> int:
-    """Bytes of an abstract value (0 for one without a dtype, such as a token)."""
-    if not hasattr(aval, "dtype"):
-        return 0
-    return math.prod(aval.shape) * aval.dtype.itemsize
+from ._sizes import array_bytes, itemsize, matrix_bytes
 
 
 class MvCost(eqx.Module):
@@ -81,8 +74,8 @@ def _walk(jaxpr, totals: _Totals) -> None:
             continue
         out_avals = [v.aval for v in eqn.outvars]
         in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
-        totals.bytes += sum(aval_bytes(a) for a in in_avals + out_avals)
-        totals.workspace += sum(aval_bytes(a) for a in out_avals)
+        totals.bytes += sum(array_bytes(a) for a in in_avals + out_avals)
+        totals.workspace += sum(array_bytes(a) for a in out_avals)
         if eqn.primitive.name == "dot_general":
             (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval
@@ -131,7 +124,7 @@ def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
     size = itemsize(operator)
     return MvCost(
         flops=2.0 * in_size * out_size,
-        bytes=float(in_size * out_size * size),
+        bytes=float(matrix_bytes(out_size, in_size, size)),
         dots=1,
         ops=1,
         constant_bytes=0,

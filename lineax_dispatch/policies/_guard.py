@@ -5,16 +5,13 @@ and raises the same `ValueError` at trace time when it does not fit."""
 
 import contextlib
 import contextvars
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import jax.tree_util as jtu
 import lineax as lx
 
 from ._budget import format_bytes
+from ._sizes import dense_bytes, operator_build_bytes
 
 
 # The policy a batch path (`batch_solve`, `batch_mv`) applies on behalf of an
@@ -34,41 +31,6 @@ def policy_in_force(policy: Any) -> Iterator[None]:
         yield
     finally:
         _IN_FORCE.reset(token)
-
-
-def promoted_dtype(*dtypes: Any) -> Any:
-    """The promotion of `dtypes` under JAX's standard rules, whatever
-    `jax_numpy_dtype_promotion` says (an operator whose input and output dtypes
-    differ is legal under strict promotion too); `float32` for none."""
-    if not dtypes:
-        return jnp.dtype(jnp.float32)
-    with jax.numpy_dtype_promotion("standard"):
-        return jnp.dtype(jnp.result_type(*dtypes))
-
-
-def operator_dtype(operator: lx.AbstractLinearOperator) -> Any:
-    """The dtype of the dense matrix of `operator`: the promotion of the dtypes of
-    its input and output structures."""
-    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
-    return promoted_dtype(*[x.dtype for x in leaves])
-
-
-def itemsize(operator: lx.AbstractLinearOperator) -> int:
-    """Bytes per entry of the dense matrix of `operator`."""
-    return operator_dtype(operator).itemsize
-
-
-def dense_bytes(operator: lx.AbstractLinearOperator) -> int:
-    """Bytes of the dense matrix of `operator`: `out_size * in_size * itemsize`."""
-    return math.prod((operator.out_size(), operator.in_size(), itemsize(operator)))
-
-
-def build_bytes(operator: lx.AbstractLinearOperator, batch_size: int | None) -> int:
-    """Bytes of a materialised matrix plus the peak of building it: the basis and
-    output columns of one chunk (all columns when `batch_size` is `None`)."""
-    n_in, n_out = operator.in_size(), operator.out_size()
-    chunk = n_in if batch_size is None else min(batch_size, n_in)
-    return itemsize(operator) * (n_in * n_out + chunk * (n_in + n_out))
 
 
 def policy_budget(policy: Any) -> int | None:
@@ -110,7 +72,7 @@ def check_dense_budget(
         return
     owner, budget = min(candidates, key=lambda c: c[1])
     if with_build:
-        needed = build_bytes(operator, batch_size)
+        needed = operator_build_bytes(operator, batch_size)
         detail = "the matrix and the build's peak"
     else:
         needed = dense_bytes(operator)

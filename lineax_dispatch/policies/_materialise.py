@@ -7,7 +7,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._budget import parse_memory_budget, resolve_budget
+from ._budget import optional_budget, resolve_budget
 from ._dense import (
     build_dense_matrix,
     check_batch_size,
@@ -18,10 +18,6 @@ from ._dense import (
 from ._guard import check_dense_budget
 from ._marked import current_scope
 from ._per_object import cached_per_object, per_object_cache
-
-
-def _budget_or_none(value: Any) -> int | None:
-    return None if value is None else parse_memory_budget(value)
 
 
 def _materialised_mv(
@@ -63,7 +59,7 @@ class Materialise(AbstractPolicy):
     """
 
     batch_size: int | None = eqx.field(default=None, converter=check_batch_size)
-    memory_budget: int | None = eqx.field(default=None, converter=_budget_or_none)
+    memory_budget: int | None = eqx.field(default=None, converter=optional_budget)
 
     def budget(self) -> int:
         """The memory budget in bytes: `memory_budget` if one was given, else half of

@@ -1,17 +1,15 @@
 """What Auto knows about an operator when it decides: the `Observation`."""
 
-import math
 from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 
 from ._cost import mv_cost, MvCost
 from ._dense import EXPLICIT_OPERATORS
-from ._guard import promoted_dtype
 from ._registry import is_leaf_array
+from ._sizes import array_bytes, matrix_bytes, structure_size, structures_dtype
 
 
 class Observation(eqx.Module):
@@ -90,11 +88,7 @@ class Observation(eqx.Module):
     @property
     def matrix_bytes(self) -> int:
         """Bytes of the dense matrix: `in_size * out_size * itemsize`."""
-        return self.in_size * self.out_size * self.itemsize
-
-
-def _size(structure: Any) -> int:
-    return sum(math.prod(x.shape) for x in jtu.tree_leaves(structure))
+        return matrix_bytes(self.out_size, self.in_size, self.itemsize)
 
 
 def observe(
@@ -149,12 +143,10 @@ def observe(
     in_structure = operator.in_structure()
     if out_structure is None:
         out_structure = operator.out_structure()
-    leaves = jtu.tree_leaves((in_structure, out_structure))
-    dtype = jnp.dtype(promoted_dtype(*[x.dtype for x in leaves]))
+    dtype = structures_dtype(in_structure, out_structure)
     explicit = isinstance(operator, EXPLICIT_OPERATORS)
     operator_bytes = sum(
-        math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
-        for x in jtu.tree_leaves(eqx.filter(operator, is_leaf_array))
+        array_bytes(x) for x in jtu.tree_leaves(eqx.filter(operator, is_leaf_array))
     )
     if explicit or not with_cost:
         cost = None
@@ -166,8 +158,8 @@ def observe(
         operator_bytes += cost.constant_bytes
     return Observation(
         kind=type(operator).__name__,
-        in_size=_size(in_structure),
-        out_size=_size(out_structure),
+        in_size=structure_size(in_structure),
+        out_size=structure_size(out_structure),
         dtype=dtype.name,
         itemsize=dtype.itemsize,
         memory_budget=int(memory_budget),

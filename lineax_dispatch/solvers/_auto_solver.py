@@ -4,16 +4,18 @@ fits the memory budget and is estimated to be cheaper."""
 import math
 from typing import Any
 
+import equinox as eqx
 import lineax as lx
 from jaxtyping import Array, PyTree
 
 from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
-from ..policies import Auto, CostModel, observe, parse_memory_budget
-from ..policies._budget import default_memory_budget, format_bytes
+from ..policies import Auto, CostModel, observe
+from ..policies._budget import default_memory_budget, format_bytes, optional_budget
 from ..policies._decide import batched_compile, mv_compile, mv_run
-from ..policies._guard import itemsize as operator_itemsize, policy_budget
+from ..policies._guard import policy_budget
 from ..policies._registry import record_solver_choice
+from ..policies._sizes import itemsize as operator_itemsize, matrix_bytes
 from ._cg import CG
 from ._gmres import GMRES
 from ._lsmr import LSMR
@@ -30,7 +32,7 @@ def _direct_cost(
     just the bands)."""
     m, n = operator.out_size(), operator.in_size()
     lo, hi = min(m, n), max(m, n)
-    dense = m * n * itemsize
+    dense = matrix_bytes(m, n, itemsize)
     solver = lx.AutoLinearSolver(well_posed=well_posed).select_solver(operator)
     name = type(solver).__name__
     if isinstance(solver, lx.Diagonal):
@@ -88,7 +90,7 @@ class AutoSolver(lx.AbstractLinearSolver):
     atol: float = 1e-6
     max_steps: int | None = None
     well_posed: bool | None = True
-    memory_budget: int | str | None = None
+    memory_budget: int | None = eqx.field(default=None, converter=optional_budget)
     cost_model: CostModel = CostModel()
 
     def __check_init__(self):
@@ -96,8 +98,6 @@ class AutoSolver(lx.AbstractLinearSolver):
             check_tolerance(getattr(self, field), f"AutoSolver(..., {field}=...)")
         if self.max_steps is not None:
             check_positive_int(self.max_steps, "AutoSolver(..., max_steps=...)")
-        if self.memory_budget is not None:
-            parse_memory_budget(self.memory_budget)
         if not isinstance(self.cost_model, CostModel):
             raise TypeError(
                 "`cost_model` of `AutoSolver` must be an `lxd.CostModel`; got "
@@ -119,7 +119,7 @@ class AutoSolver(lx.AbstractLinearSolver):
         """
         budgets = []
         if self.memory_budget is not None:
-            budgets.append(parse_memory_budget(self.memory_budget))
+            budgets.append(self.memory_budget)
         if isinstance(operator, AbstractDispatchOperator):
             own = policy_budget(operator.policy)
             if own is not None:

@@ -20,7 +20,7 @@ from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ..operators._structure import structures_match
-from ..policies._guard import promoted_dtype
+from ..policies._sizes import promoted_dtype
 
 
 class Flattener(eqx.Module):
