@@ -15,12 +15,8 @@ from ._budget import (
     parse_memory_budget as parse_memory_budget,
 )
 from ._cost import mv_cost as mv_cost, MvCost as MvCost
-from ._decide import (
-    CostModel as CostModel,
-    decide as decide,
-    Decision as Decision,
-    Estimate as Estimate,
-)
+from ._decide import CostModel as CostModel, decide as decide
+from ._decision import Decision as Decision, Estimate as Estimate
 from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
 from ._explain import (
     explain as explain,

@@ -9,7 +9,8 @@ from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._budget import optional_budget, resolve_budget
 from ._cost import MvCost
-from ._decide import CostModel, decide, Decision
+from ._decide import CostModel, decide
+from ._decision import Decision
 from ._marked import current_scope, inline_mv, marked_mv
 from ._observation import observe
 from ._registry import current_executions, current_session, operator_key

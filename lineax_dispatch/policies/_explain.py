@@ -9,7 +9,7 @@ import lineax as lx
 from ._auto import Auto
 from ._budget import format_bytes
 from ._cost import jaxpr_cost
-from ._decide import Decision
+from ._decision import Decision
 from ._jit import _CompileAware
 from ._observation import observe
 from ._program import out_leaves

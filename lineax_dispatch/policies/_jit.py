@@ -9,7 +9,7 @@ import jax.extend.core as jex
 
 from .._compat import root_trace_ref
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
-from ._decide import Decision
+from ._decision import Decision
 from ._program import AutoGroup, plan_program
 from ._registry import PASS_CONTEXT, Session, session
 from ._rewrite import rewrite_program, rolled_entry

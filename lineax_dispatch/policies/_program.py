@@ -10,7 +10,8 @@ import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ._cost import jaxpr_cost
-from ._decide import cheapest, decide, Decision
+from ._decide import cheapest, decide
+from ._decision import Decision
 from ._lazy import Lazy
 from ._marked import is_marked, MARKED_NAME
 from ._materialise import Materialise
