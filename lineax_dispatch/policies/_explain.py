@@ -127,13 +127,17 @@ def _row(
     sites,
     cost=None,
     out_structure=None,
+    key=None,
 ) -> ExplainRow:
     policy = operator.policy
+    # A solve's operator is kept with shapes for arrays: its cost is the one its
+    # decision read, cached under its kind's key.
     observation = observe(
         operator,
         memory_budget=policy.budget(),
         call_sites=call_sites,
         executions=executions,
+        key=key,
         cost=cost,
         out_structure=out_structure,
     )
@@ -216,7 +220,12 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
     ]
     rows += [
         _row(
-            solve.operator, solve.decision, 1, solve.executions, [site_text(solve.site)]
+            solve.operator,
+            solve.decision,
+            1,
+            solve.executions,
+            [site_text(solve.site)],
+            key=solve.key,
         )
         for solve in active.solves
     ]

@@ -13,6 +13,7 @@ from ._decision import Decision
 from ._program import AutoGroup, plan_program
 from ._registry import PASS_CONTEXT, Session, session
 from ._rewrite import rewrite_program, rolled_entry
+from ._shared_solves import shared_solve_hints
 
 
 class Compiled(NamedTuple):
@@ -109,12 +110,22 @@ class _CompileAware:
     def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:
         """Traces `fun` once for these arguments and reads the program: `(traced,
         session, actions, auto groups)` (see `plan_program`)."""
-        active = Session()
-        box = OutputBox()
-        jitted = jax.jit(self.traceable(split, box), **self._passed)
-        context = ("lxd.jit", active.token)
-        with session(active), PASS_CONTEXT(context):
-            traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+        hints: dict = {}
+        while True:
+            active = Session(solve_hints=hints)
+            box = OutputBox()
+            jitted = jax.jit(self.traceable(split, box), **self._passed)
+            context = ("lxd.jit", active.token)
+            with session(active), PASS_CONTEXT(context):
+                traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+            if hints:
+                break
+            # Solves repeated with the same operator that are better decided
+            # together (one matrix build for all): traced once more, told so. The
+            # only case of a second trace.
+            hints = shared_solve_hints(traced.jaxpr.jaxpr, active)
+            if not hints:
+                break
         actions, autos = plan_program(traced.jaxpr, active)
         return (jitted, box, context, traced), active, actions, autos
 

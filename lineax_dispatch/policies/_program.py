@@ -156,7 +156,7 @@ def substantial(callee: Any) -> bool:
     return dots or count >= MIN_CALLEE_EQUATIONS
 
 
-def _same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
+def same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
     """Whether every top-level call of `group` applies the same operator arrays
     (its first `arrays` inputs), so that one matrix serves them all."""
     if len(group.sites) == 1:
@@ -212,7 +212,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     allowed = {"Lazy"}
     if top_only and len(group.sites) >= 2:
         allowed.add("Roll")
-    if top_only and _same_arrays(jaxpr, group, arrays):
+    if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
     return _restrict(decision, allowed)
 

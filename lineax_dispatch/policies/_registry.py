@@ -120,6 +120,9 @@ class Session:
     solves: list[SolveRecord] = dataclasses.field(default_factory=list)
     # `AutoSolver`'s choices, for `explain`.
     solver_choices: list[SolverChoice] = dataclasses.field(default_factory=list)
+    # Solves found repeated in an earlier trace of the program: `(user site,
+    # operator key) -> k` solves sharing one matrix build (`_shared_solves.py`).
+    solve_hints: dict[tuple, int] = dataclasses.field(default_factory=dict)
 
     def record(self, operator: Any, key: Any) -> AutoRecord:
         """The record of `operator`'s kind (`key`), made at its first `mv`."""

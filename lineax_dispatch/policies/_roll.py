@@ -31,6 +31,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 
 from .._compat import bind_equation
+from ._hoist import Hoisted, split_invariant
 from ._roll_plan import RollPlan
 
 
@@ -75,6 +76,28 @@ def _zeros(aval: Any) -> jax.Array:
     return jnp.zeros(aval.shape, aval.dtype)
 
 
+def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
+    """The callee's environment before the loop: its constants, its invariant
+    inputs and what its invariant equations compute from them."""
+    jaxpr = hoisted.callee.jaxpr
+    env: dict = dict(zip(jaxpr.constvars, hoisted.callee.consts))
+    for p, (inner, v) in enumerate(zip(jaxpr.invars, call.invars)):
+        if p not in varying:
+            env[inner] = v.val if _is_literal(v) else outer[v]
+    eval_eqns(hoisted.before, env)
+    return env
+
+
+def _step_call(hoisted: Hoisted, env: dict, varying, args) -> list:
+    """One step's call with its invariant part already computed: the rest of the
+    callee, inline; its outputs as a list."""
+    jaxpr = hoisted.callee.jaxpr
+    local = dict(env)
+    local.update((jaxpr.invars[p], value) for p, value in zip(varying, args))
+    eval_eqns(hoisted.inside, local)
+    return [v.val if _is_literal(v) else local[v] for v in jaxpr.outvars]
+
+
 def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     """The program `closed` (a `ClosedJaxpr`) with the calls of `plan` rolled, as a
     function of the jaxpr's inputs returning its outputs (a flat list).
@@ -98,12 +121,17 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         eqns[sites[j] + 1 : sites[j + 1]] if j + 1 < k else [] for j in range(k)
     ]
 
+    # The callee's code that reads only invariant inputs runs once, before the loop.
+    hoisted = split_invariant(call, varying)
+
     def read(env: dict, v: Any) -> Any:
         return v.val if _is_literal(v) else env[v]
 
     def run(*inputs):
         env = prologue(closed, inputs, sites[0])
         outer = dict(env)  # closed over by the loop: never carried
+        if hoisted is not None:
+            invariant = _hoisted_env(hoisted, call, outer, set(varying))
         args0 = [
             _as_aval(read(env, call.invars[p]), call.invars[p].aval) for p in varying
         ]
@@ -165,16 +193,21 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
 
         def body(carry, j):
             args, slots, _ = carry
-            full = [read(outer, v) for v in call.invars]
-            for p, value in zip(varying, args):
-                full[p] = value
-            local = {v: x for v, x in zip(call.invars, full) if not _is_literal(v)}
-            eval_eqns([call], local)  # the one call site of the computation
+            # The one call site of the computation.
+            if hoisted is None:
+                full = [read(outer, v) for v in call.invars]
+                for p, value in zip(varying, args):
+                    full[p] = value
+                local = {v: x for v, x in zip(call.invars, full) if not _is_literal(v)}
+                eval_eqns([call], local)
+                values = [local.get(v) for v in call.outvars]
+            else:
+                values = _step_call(hoisted, invariant, varying, args)
             outs = [
-                _as_aval(local[v], v.aval)
+                _as_aval(value, v.aval)
                 if not isinstance(v, jex.DropVar)
                 else _zeros(v.aval)
-                for v in call.outvars
+                for v, value in zip(call.outvars, values)
             ]
             if len(branches) == 1:
                 new_args, new_slots = branches[0](j, args, slots, outs)

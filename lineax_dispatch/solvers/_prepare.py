@@ -9,7 +9,9 @@ from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
 from ..policies._marked import current_scope
 from ..policies._pinned import pinned
+from ..policies._decision import Decision
 from ..policies._registry import operator_key, record_solve
+from ..policies._shared_solves import solve_hint
 
 
 def expected_iterations(max_steps: int | None, size: int) -> int:
@@ -89,9 +91,23 @@ def resolve_for_solve(
     if not isinstance(policy, Auto):
         return operator
     key = operator_key(operator)
+    # `lxd.jit` found this solve repeated (k solves of the same arrays from this
+    # line, rolled): they share one matrix build.
+    shared = solve_hint(key)
     decision = policy.decision(
-        operator, call_sites=1, executions=executions, solves=1, key=key
+        operator, call_sites=1, executions=executions * shared, solves=1, key=key
     )
+    if shared > 1:
+        note = (
+            f"{shared} solves of this operator from this line apply the same "
+            "arrays: decided for all of them (one matrix build would serve all)."
+        )
+        decision = Decision(
+            decision.policy,
+            (*decision.reasons, note),
+            decision.estimates,
+            decision.memory_needed,
+        )
     record_solve(operator, key, executions, decision)  # for `lxd.explain`
     chosen = decision.policy
     if isinstance(chosen, Materialise) and not isinstance(
