@@ -285,14 +285,13 @@ def parser(doc: str, full: dict, quick: dict) -> argparse.ArgumentParser:
     """A parser described by the first paragraph of `doc`, with `--out` and
     `--quick` (the values of `quick` for the arguments not given; the others
     take `full`'s, see `fill_defaults`)."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    prog = f"python -m benchmarks.{Path(sys.argv[0]).stem}"
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     shown = ", ".join(
         f"{k}={joined(v) if isinstance(v, tuple) else v}" for k, v in quick.items()
     )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"small sizes: {shown} unless given"
-    )
+    parser.add_argument("--quick", action="store_true", help=f"small sizes: {shown}")
     return parser
 
 
