@@ -46,17 +46,17 @@ docs: $(VENV)/.installed-docs
 BENCH_OUT ?= benchmarks/results
 BENCH_FLAGS ?=
 bench: $(VENV)/.installed-benchmarks
-	$(BIN)/python benchmarks/callsites.py $(BENCH_FLAGS) --out $(BENCH_OUT)
-	$(BIN)/python benchmarks/callsites.py --layers 64 $(BENCH_FLAGS) \
+	$(BIN)/python -m benchmarks.callsites $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.callsites --layers 64 $(BENCH_FLAGS) \
 		--out $(BENCH_OUT)/callsites-64-layers
-	$(BIN)/python benchmarks/solvers.py --solvers cg,bicgstab $(BENCH_FLAGS) \
+	$(BIN)/python -m benchmarks.solvers --solvers cg,bicgstab $(BENCH_FLAGS) \
 		--out $(BENCH_OUT)
-	$(BIN)/python benchmarks/solvers.py --solvers gmres,lsmr,normal,minres \
+	$(BIN)/python -m benchmarks.solvers --solvers gmres,lsmr,normal,minres \
 		--repeats 1 $(BENCH_FLAGS) --out $(BENCH_OUT)/solvers-others
-	$(BIN)/python benchmarks/auto.py $(BENCH_FLAGS) --out $(BENCH_OUT)
-	$(BIN)/python benchmarks/batch.py $(BENCH_FLAGS) --out $(BENCH_OUT)
-	$(BIN)/python benchmarks/autosolver.py $(BENCH_FLAGS) --out $(BENCH_OUT)
-	$(BIN)/python benchmarks/program.py $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.auto $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.batch $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.autosolver $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.program $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache site

@@ -16,9 +16,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import json  # noqa: E402
-import pathlib  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
@@ -26,21 +23,14 @@ import jax.numpy as jnp  # noqa: E402
 import lineax as lx  # noqa: E402
 import optimistix as optx  # noqa: E402
 
-
-ROOT = pathlib.Path(__file__).parent
-sys.path.insert(0, str(ROOT / "docs" / "examples"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bratu  # noqa: E402
-from _common import environment  # noqa: E402
-
 import lineax_dispatch as lxd  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from lineax_dispatch.policies._budget import format_bytes  # noqa: E402
 
 
+bratu = harness.example("bratu")
 GRIDS = (16, 64)  # 256 and 4,096 unknowns
 BUDGET_GRID, BUDGET = 128, "1GB"  # a 2.1 GB dense Jacobian
-RESULTS = ROOT / "benchmarks" / "results"
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
@@ -62,17 +52,13 @@ def measure(n: int, linear_solver, repeats: int) -> dict:
         compiles.append(time.perf_counter() - start)
     compile_s = sorted(compiles)[1]
     sol = jax.block_until_ready(compiled(bratu.LAMBDA))
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sol = jax.block_until_ready(compiled(bratu.LAMBDA))
-        runs.append(time.perf_counter() - start)
+    run_s = harness.median_call_time(lambda: compiled(bratu.LAMBDA), repeats)
     memory = compiled.memory_analysis()
     peak = memory.temp_size_in_bytes + memory.argument_size_in_bytes
     peak += memory.output_size_in_bytes
     return dict(
         compile_s=compile_s,
-        run_s=sorted(runs)[len(runs) // 2],
+        run_s=run_s,
         peak_bytes=int(peak),
         newton_steps=int(sol.stats["num_steps"]),
         successful=bool(sol.result == optx.RESULTS.successful),
@@ -151,12 +137,9 @@ def budget_case() -> dict:
     )
 
 
-def plot(results: dict, budget: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict, budget: dict, path) -> None:
+    """Compile time, run time and peak memory per grid and solver."""
+    plt = harness.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     metrics = [
         ("compile_s", "compile time (s)", 1.0),
@@ -184,8 +167,7 @@ def plot(results: dict, budget: dict, path: pathlib.Path) -> None:
         f"{format_bytes(budget['default_peak_bytes'])})",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    harness.save(fig, path, dpi=110)
 
 
 def main():
@@ -211,21 +193,17 @@ def main():
     )
     print(comparison(results))
     budget = budget_case()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(results, budget, RESULTS / "demo.png")
     record = dict(
-        environment=environment(load_average=True),
+        environment=harness.environment(load_average=True),
         grids={
             n: {k: {m: v for m, v in r.items() if m != "value"} for k, r in by.items()}
             for n, by in results.items()
         },
         budget_case=budget,
     )
-    (RESULTS / "demo.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(
-        f"\nwrote {RESULTS / 'demo.png'} and demo.json; total "
-        f"{time.perf_counter() - start:.0f} s"
-    )
+    plot_demo = lambda path: plot(results, budget, path)  # noqa: E731
+    harness.write_results(harness.RESULTS_DIR, "demo", record, plot_demo)
+    print(f"total {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

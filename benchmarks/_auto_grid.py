@@ -1,4 +1,4 @@
-"""The grid of `auto.py`: its constants, the operators of each (kind, n), a fresh
+"""The cases of `auto`: its constants, the operators of each (kind, n), a fresh
 operator per (variant, workload), the solver and the jitted program of each
 workload with `k` call sites."""
 
@@ -9,10 +9,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
-from _common import SEED
-from _operators import apply_chain, apply_gram, power_iteration, random_layers
 
 import lineax_dispatch as lxd
+from benchmarks import harness
+from benchmarks.harness import SEED
 
 
 KINDS = ("cheap", "expensive")
@@ -25,7 +25,6 @@ ATOL = 1e-5
 MAX_STEPS = 200
 SHIFT = 0.02
 RHS_SCALE = 1 / 16
-POWER_ITERATIONS = 30
 FIXED = ("Lazy", "Outline", "Materialise", "Roll")
 BASELINE = "lineax"
 AUTO = "Auto"  # Auto() : runs=100, the default
@@ -40,8 +39,7 @@ SCORES = (1, 100)
 AUTO_FOR = {1: AUTO_ONCE, 100: AUTO}
 
 
-# --------------------------------------------------------------------------------------
-# Operators
+# ------------------------------------------------------------------ operators
 
 
 @dataclass(frozen=True)
@@ -70,17 +68,12 @@ def layers_for(n: int, layers: int) -> int:
     return max(1, min(layers, WEIGHT_CAP_BYTES // (4 * n * n)))
 
 
-def _top_eigenvalue(apply: Callable, n: int, key) -> float:
-    x = jax.random.normal(key, (n,), jnp.float32)
-    return float(power_iteration(jax.jit(apply), x, POWER_ITERATIONS))
-
-
 def make_cheap(n: int, seed: int = SEED) -> OperatorData:
     """`M = I + G G^T / (1.05 SHIFT lambda_max(G G^T))`."""
     k1, k2 = jax.random.split(jax.random.key(seed))
     g = jax.random.normal(k1, (n, n), jnp.float32) / jnp.sqrt(n)
     gram = g @ g.T
-    lam = _top_eigenvalue(lambda x: gram @ x, n, k2)
+    lam = float(harness.top_eigenvalue(jax.jit(lambda x: gram @ x), n, k2))
     matrix = jnp.eye(n, dtype=jnp.float32) + gram / (1.05 * SHIFT * lam)
     matrix = jax.block_until_ready(matrix)
     return OperatorData(
@@ -92,8 +85,9 @@ def make_expensive(n: int, layers: int, seed: int = SEED) -> OperatorData:
     """Weights `W_i ~ N(0, 1/n)`, scales `s_i ~ U(0.5, 1.5)`; for solves the scales
     are multiplied by a common factor making `lambda_max(C^T C)` about `1 / SHIFT`."""
     keys = jax.random.split(jax.random.key(seed + 1), 2 * layers + 1)
-    weights, scales = random_layers(keys, n, layers)
-    lam = _top_eigenvalue(lambda x: apply_gram(weights, scales, x), n, keys[-1])
+    weights, scales = harness.random_layers(keys, n, layers)
+    gram = jax.jit(lambda x: harness.apply_gram(weights, scales, x))
+    lam = float(harness.top_eigenvalue(gram, n, keys[-1]))
     factor = (1.05 * SHIFT * lam) ** (-1.0 / (2 * layers))
     spd_scales = tuple(s * factor for s in scales)
     weights, scales, spd_scales = jax.block_until_ready((weights, scales, spd_scales))
@@ -119,12 +113,12 @@ def fresh_function(kind: str, workload: str) -> Callable:
     if workload == "mv":
 
         def chain(weights, scales, x):
-            return apply_chain(weights, scales, x)
+            return harness.apply_chain(weights, scales, x)
 
         return chain
 
     def spd(weights, scales, x):
-        return x + apply_gram(weights, scales, x)
+        return x + harness.apply_gram(weights, scales, x)
 
     return spd
 
@@ -155,36 +149,29 @@ def make_solver(variant: str):
     return lxd.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
 
 
-# --------------------------------------------------------------------------------------
-# Programs
+# ------------------------------------------------------------------ programs
 
 
 def make_program(op, workload: str, k: int, solver) -> tuple[Callable, object, object]:
     """`(f, params, static)`: `f(params, x)` runs the workload with `k` call sites
-    on `eqx.combine(params, static)`."""
-    params, static = eqx.partition(op, eqx.is_array)
-    if workload == "mv":
+    on `eqx.combine(params, static)` (`harness.split_program`)."""
 
-        def f(params, x):
-            op = eqx.combine(params, static)
-            total = op.mv(x * 1)
-            for i in range(1, k):
-                total = total + op.mv(x * (i + 1))
-            return total
+    def mvs(op, x):
+        total = op.mv(x * 1)
+        for i in range(1, k):
+            total = total + op.mv(x * (i + 1))
+        return total
 
-    else:
+    def solves(op, b):
+        total, steps, ok = None, [], []
+        for i in range(k):
+            sol = lx.linear_solve(op, b * (i + 1), solver, throw=False)
+            total = sol.value if total is None else total + sol.value
+            steps.append(sol.stats["num_steps"])
+            ok.append(sol.result == lx.RESULTS.successful)
+        return total, jnp.max(jnp.stack(steps)), jnp.all(jnp.stack(ok))
 
-        def f(params, b):
-            op = eqx.combine(params, static)
-            total, steps, ok = None, [], []
-            for i in range(k):
-                sol = lx.linear_solve(op, b * (i + 1), solver, throw=False)
-                total = sol.value if total is None else total + sol.value
-                steps.append(sol.stats["num_steps"])
-                ok.append(sol.result == lx.RESULTS.successful)
-            return total, jnp.max(jnp.stack(steps)), jnp.all(jnp.stack(ok))
-
-    return f, params, static
+    return harness.split_program(op, mvs if workload == "mv" else solves)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,18 @@
-"""The measurements of `auto.py`: one (case, variant) with a fresh operator, what
+"""The measurements of `auto`: one (case, variant) with a fresh operator, what
 Auto chose, all call-site counts of one (kind, workload, n) with the skipping of
 dominated fixed variants, the separate call-site measurement and the warm-up."""
 
 import math
-import statistics
 from collections.abc import Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
-from _auto_grid import (
+
+import lineax_dispatch as lxd
+from benchmarks import harness
+from benchmarks._auto_grid import (
     AUTO_FOR,
     AUTOS,
     BASELINE,
@@ -31,13 +33,11 @@ from _auto_grid import (
     VARIANTS,
     WORKLOADS,
 )
-from _auto_report import TARGET_SITES
-from _common import median_trial, relative_error, SEED, timed
-
-import lineax_dispatch as lxd
+from benchmarks._auto_report import TARGET_SITES
+from benchmarks.harness import median_trial, relative_error, SEED, timed
 
 
-# Skipping dominated fixed variants (see the docstring of `auto.py`).
+# Skipping dominated fixed variants (see the docstring of `auto`).
 SKIP_FACTOR = 2.0
 SKIP_MARGIN = 0.8
 
@@ -105,12 +105,9 @@ RUN_BUDGET_S = 1.0
 
 
 def _run_time(compiled, params, x, first_s: float) -> float:
+    """The median of as many calls as fit in RUN_BUDGET_S, 1 to RUN_SAMPLES."""
     count = int(max(1, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))
-    times = [
-        timed(lambda: jax.block_until_ready(compiled(params, x)))[1]
-        for _ in range(count)
-    ]
-    return statistics.median(times)
+    return harness.median_call_time(lambda: compiled(params, x), count)
 
 
 def measure(variant: str, data: OperatorData, case: Case) -> tuple[dict, object]:

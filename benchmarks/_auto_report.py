@@ -1,12 +1,12 @@
-"""Tables, summary and plot of `auto.py`: every case's scores (compile + runs x
+"""Tables, summary and plot of `auto`: every case's scores (compile + runs x
 run, for runs=1 and runs=100), Auto / best over the grid against its targets, the
 worst cases, and the call-site ratio."""
 
 import statistics
 from pathlib import Path
 
-from _auto_grid import AUTOS, BASELINE, SCORES, VARIANTS
-from _plotting import jax_label, plain_log_ticks, pyplot, save
+from benchmarks._auto_grid import AUTOS, BASELINE, SCORES, VARIANTS
+from benchmarks.harness import jax_label, plain_log_ticks, pyplot, save
 
 
 TARGET_MEDIAN = 1.05

@@ -14,7 +14,7 @@ policy of lineax-dispatch, under plain lineax, and under `Auto`:
   - "cheap": one dense matrix-vector product, `x -> M @ x`, with
     `M = I + G G^T / (SHIFT lambda_max(G G^T))` (`G ~ N(0, 1/n)`), so `M` is
     symmetric positive definite with its spectrum in about `[1, 1 + 1 / SHIFT]`.
-  - "expensive": a chain of `L` dense layers (as in `callsites.py`),
+  - "expensive": a chain of `L` dense layers (as in `callsites`),
     `C x = s_L * (W_L @ (... s_1 * (W_1 @ x)))`, `W_i ~ N(0, 1/n)`,
     `s_i ~ U(0.5, 1.5)`. For `mv` the operator is `C` itself (`L` matmuls); for
     solves it is the SPD `x -> x + C^T (C x)` (transposes applied by hand, `2 L`
@@ -128,8 +128,6 @@ lineax: compile total at k=16 / compile total at k=1 (target for Auto: <= 1.15).
 Targets over the grid, for both scores: median Auto / best <= 1.05, worst <= 1.5,
 and Auto / plain lineax <= 1.05 wherever plain lineax is the best.
 
-`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
-
 Noise. With the default `--repeats 1` single cells are noisy on a shared 2-core
 machine: in the recorded run, Auto's total against the fixed policy it chose
 (the same compiled program plus Auto's observing trace) ranged from 0.66x to 1.78x
@@ -139,32 +137,27 @@ the grid) to confirm a single cell.
 How to run
 ----------
 
-    .venv/bin/python benchmarks/auto.py             # n=64,256,1024,4096; k=1,4,16;
-                                                    # L=32: about 11 minutes
-    .venv/bin/python benchmarks/auto.py --quick     # n=64,256; k=1,4; L=4: 1 minute
-    .venv/bin/python benchmarks/auto.py --n 256,1024 --sites 1,16 --layers 16
-    .venv/bin/python benchmarks/auto.py --kinds expensive --workloads solve
+    python -m benchmarks.auto           # n=64,256,1024,4096; k=1,4,16; L=32:
+                                        # about 11 minutes
+    python -m benchmarks.auto --quick   # n=64,256; k=1,4; L=4: 1 minute
+    python -m benchmarks.auto --n 256,1024 --sites 1,16 --layers 16
+    python -m benchmarks.auto --kinds expensive --workloads solve
 
 Results: `auto.json` and `auto.png` in `benchmarks/results/` (`--out` to change
 the folder).
 
 Code: this file (command line and main), `_auto_grid.py` (constants, operators,
 programs), `_auto_measure.py` (timing, skipping, the call-site measurement),
-`_auto_report.py` (table, summary, plot); shared: `_common.py`, `_operators.py`,
-`_plotting.py`.
+`_auto_report.py` (table, summary, plot); shared: `harness.py`. (Some 1,100 lines
+in all: one file, or one with a single companion, would be far over 400 lines.)
 """
 
-# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
-import _common
-
-
-# isort: split
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from _auto_grid import (
+from benchmarks import harness
+from benchmarks._auto_grid import (
     ATOL,
     KINDS,
     layers_for,
@@ -177,28 +170,25 @@ from _auto_grid import (
     WEIGHT_CAP_BYTES,
     WORKLOADS,
 )
-from _auto_measure import run_grid, sites_check, SKIP_FACTOR, SKIP_MARGIN, warm_up
-from _auto_report import format_results, plot, summarise, worst_cases
-from _common import RESULTS_DIR, SEED
+from benchmarks._auto_measure import (
+    run_grid,
+    sites_check,
+    SKIP_FACTOR,
+    SKIP_MARGIN,
+    warm_up,
+)
+from benchmarks._auto_report import format_results, plot, summarise, worst_cases
+from benchmarks.harness import SEED
 
 
-DEFAULT_NS = (64, 256, 1024, 4096)
-DEFAULT_SITES = (1, 4, 16)
-DEFAULT_LAYERS = 32
-QUICK_NS = (64, 256)
-QUICK_SITES = (1, 4)
-QUICK_LAYERS = 4
+FULL = dict(n=(64, 256, 1024, 4096), sites=(1, 4, 16), layers=32)
+QUICK = dict(n=(64, 256), sites=(1, 4), layers=4)
 # The separate call-site measurement.
 SITES_CHECK = dict(n=1024, layers=32, sites=(1, 16))
 QUICK_SITES_CHECK = dict(n=256, layers=4, sites=(1, 16))
 
 
-# --------------------------------------------------------------------------------------
-# Main
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(",") if v)
+# ------------------------------------------------------------------ main
 
 
 def _name_list(choices: Sequence[str]) -> Callable:
@@ -213,26 +203,23 @@ def _name_list(choices: Sequence[str]) -> Callable:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line; sizes left out take the defaults (or `--quick`'s)."""
+    parser = harness.parser(__doc__, FULL, QUICK)
     parser.add_argument(
         "--n",
-        type=_int_list,
-        default=None,
-        help="comma-separated sizes (default " + ",".join(map(str, DEFAULT_NS)) + ")",
+        type=harness.int_list,
+        help=f"comma-separated sizes (default {harness.joined(FULL['n'])})",
     )
     parser.add_argument(
         "--sites",
-        type=_int_list,
-        default=None,
+        type=harness.int_list,
         help="comma-separated call-site counts (default "
-        + ",".join(map(str, DEFAULT_SITES))
-        + ")",
+        f"{harness.joined(FULL['sites'])})",
     )
     parser.add_argument(
         "--layers",
         type=int,
-        default=None,
-        help=f"layers of the expensive operator (default {DEFAULT_LAYERS}; fewer "
+        help=f"layers of the expensive operator (default {FULL['layers']}; fewer "
         "where the weights would exceed 256 MiB)",
     )
     parser.add_argument(
@@ -253,31 +240,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="skip the separate k=16 / k=1 compile measurement",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="n="
-        + ",".join(map(str, QUICK_NS))
-        + f", layers={QUICK_LAYERS}, sites="
-        + ",".join(map(str, QUICK_SITES))
-        + " unless given",
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     args = parser.parse_args(argv)
-    ns, sites, layers = (
-        (QUICK_NS, QUICK_SITES, QUICK_LAYERS)
-        if args.quick
-        else (DEFAULT_NS, DEFAULT_SITES, DEFAULT_LAYERS)
-    )
-    args.n = tuple(sorted(set(ns if args.n is None else args.n)))
-    args.sites = tuple(sorted(set(sites if args.sites is None else args.sites)))
-    args.layers = layers if args.layers is None else args.layers
+    harness.fill_defaults(args, FULL, QUICK)
+    args.n = tuple(sorted(set(args.n)))
+    args.sites = tuple(sorted(set(args.sites)))
     args.sites_check = (
         None
         if args.no_sites_check
         else dict(QUICK_SITES_CHECK if args.quick else SITES_CHECK)
     )
-    if args.sites_check is not None and args.quick and args.layers != QUICK_LAYERS:
+    if args.sites_check is not None and args.quick and args.layers != QUICK["layers"]:
         args.sites_check["layers"] = args.layers
     return args
 
@@ -285,7 +257,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
-    env = _common.environment(load_average=True)
+    env = harness.environment(load_average=True)
     config = dict(
         kinds=list(args.kinds),
         workloads=list(args.workloads),
@@ -308,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         seed=SEED,
         sites_check=args.sites_check,
     )
-    _common.print_setup(env, config)
+    harness.print_setup(env, config)
     capped = {
         n: layers
         for n, layers in config["layers_per_n"].items()
@@ -335,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     summary = summarise(rows)
     elapsed = time.perf_counter() - start
-    env["load_average_end"] = _common.load_average_now()
+    env["load_average_end"] = harness.load_average_now()
 
     print(format_results(rows, summary, check))
     print(
@@ -352,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sites_check=check,
         total_seconds=elapsed,
     )
-    _common.write_results(
+    harness.write_results(
         args.out, "auto", payload, lambda path: plot(rows, summary, check, config, path)
     )
 

@@ -13,38 +13,30 @@ Newton solve (rtol = atol = 1e-8, five steps) with three linear solvers:
     cg          `lxd.PolicySolver(lxd.CG(1e-10, 1e-10), lxd.Lazy())`, matrix-free
     auto        `lxd.AutoSolver(rtol=1e-10, atol=1e-10)`, which picks one of them
 
-Timed as `_common.time_program`: compile total (trace + lower + compile + the
+Timed as `harness.time_program`: compile total (trace + lower + compile + the
 first call's extra) and the median run of further calls. AutoSolver's objective
 is compile plus one run, so the report gives that total per solver, which the
 best of default and cg, whether AutoSolver picked it, and AutoSolver's total over
 the best's. Results: `benchmarks/results/autosolver.json` and `.png`.
 
-Run: `python benchmarks/autosolver.py [--grids 4,8,16,24,32,48] [--out DIR]`.
+Run: `python -m benchmarks.autosolver [--quick] [--grids 4,8,16,24,32,48] [--out DIR]`.
 """
 
-import argparse
-import os
-import sys
-from pathlib import Path
+import jax.numpy as jnp
+import lineax as lx
+
+import lineax_dispatch as lxd
+from benchmarks import harness
 
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "docs" / "examples"))
-
-import bratu  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import lineax as lx  # noqa: E402
-from _common import environment, print_setup, time_program, write_results  # noqa: E402
-from _plotting import jax_label, pyplot, save  # noqa: E402
-
-import lineax_dispatch as lxd  # noqa: E402
-
-
+bratu = harness.example("bratu")
+FULL = dict(grids=(4, 8, 16, 24, 32, 40, 48, 64))
+QUICK = dict(grids=(4, 16))
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
 def solvers() -> dict[str, lx.AbstractLinearSolver]:
+    """The three linear solvers, freshly built."""
     return {
         "default": lx.AutoLinearSolver(well_posed=None),
         "cg": lxd.PolicySolver(lxd.CG(**TOL), lxd.Lazy()),
@@ -53,6 +45,8 @@ def solvers() -> dict[str, lx.AbstractLinearSolver]:
 
 
 def measure(n: int) -> dict:
+    """The Newton solve on the `n` x `n` grid with each solver, and AutoSolver's
+    choice against the best of the other two."""
     operator = lxd.JacobianLinearOperator(
         bratu.residual, jnp.zeros(n * n), bratu.LAMBDA, tags=bratu.TAGS
     )
@@ -69,7 +63,7 @@ def measure(n: int) -> dict:
         def program(lam, _, linear_solver=linear_solver):
             return bratu.solve(n, linear_solver, lam).value
 
-        timings, _, out = time_program(program, bratu.LAMBDA, None, min_runs=3)
+        timings, _, out = harness.time_program(program, bratu.LAMBDA, None, min_runs=3)
         timings["total_s"] = timings["compile_total_s"] + timings["run_s"]
         row[name] = timings
         values[name] = out
@@ -89,24 +83,24 @@ def measure(n: int) -> dict:
 
 
 def report(rows: list[dict]) -> str:
-    header = (
-        f"{'N':>4} {'unknowns':>9} {'default total':>14} {'cg total':>10} "
-        f"{'auto total':>11} {'best':>8} {'auto chose':>11} {'auto/best':>10} "
-        f"{'default/best':>13}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r['n']:>4} {r['unknowns']:>9} {r['default']['total_s']:>13.3f}s "
-            f"{r['cg']['total_s']:>9.3f}s {r['auto']['total_s']:>10.3f}s "
-            f"{r['best']:>8} {r['auto_chose']:>11} {r['auto_over_best']:>9.2f}x "
-            f"{r['default_over_best']:>12.2f}x"
-        )
-    return "\n".join(lines)
+    """Per grid: each solver's total, the best and AutoSolver's choice."""
+    columns = [("N", lambda r: r["n"]), ("unknowns", lambda r: r["unknowns"])]
+    columns += [
+        (f"{name} total", lambda r, name=name: f"{r[name]['total_s']:.3f}s")
+        for name in ("default", "cg", "auto")
+    ]
+    columns += [
+        ("best", lambda r: r["best"]),
+        ("auto chose", lambda r: r["auto_chose"]),
+        ("auto/best", lambda r: f"{r['auto_over_best']:.2f}x"),
+        ("default/best", lambda r: f"{r['default_over_best']:.2f}x"),
+    ]
+    return harness.column_table(columns, rows)
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    plt = pyplot()
+def plot(rows: list[dict], path) -> None:
+    """Compile plus one run, and run, against the unknowns."""
+    plt = harness.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     sizes = [r["unknowns"] for r in rows]
     for name, marker in (("default", "o"), ("cg", "s"), ("auto", "x")):
@@ -124,22 +118,22 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xlabel("unknowns (N^2)")
         ax.legend()
     fig.suptitle(
-        f"Bratu, optimistix Newton: AutoSolver vs Cholesky vs CG ({jax_label()})",
+        f"Bratu, optimistix Newton: AutoSolver vs Cholesky vs CG ({harness.jax_label()})",
         fontsize=10,
     )
-    save(fig, path)
+    harness.save(fig, path)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grids", default="4,8,16,24,32,40,48,64")
-    parser.add_argument("--quick", action="store_true", help="grids 4,16 only")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = parser.parse_args()
-    grids = [4, 16] if args.quick else [int(g) for g in args.grids.split(",")]
-    env = environment(load_average=True)
+def main(argv=None):
+    """Measure, print the table, write `autosolver.json` and `autosolver.png`."""
+    parser = harness.parser(__doc__, FULL, QUICK)
+    parser.add_argument("--grids", type=harness.int_list, help="comma-separated N")
+    args = parser.parse_args(argv)
+    harness.fill_defaults(args, FULL, QUICK)
+    grids = list(args.grids)
+    env = harness.environment(load_average=True)
     config = dict(grids=grids, lam=bratu.LAMBDA, tol=TOL, newton_tol=1e-8)
-    print_setup(env, config)
+    harness.print_setup(env, config)
     measure(4)  # warm-up: the first compile of a process pays one-off costs
     print("(warm-up done)")
     rows = [measure(n) for n in grids]
@@ -152,7 +146,9 @@ def main():
         f"{picked} of {len(rows)} grids; worst AutoSolver / best {worst:.2f}x"
     )
     payload = dict(environment=env, config=config, rows=rows, summary=summary)
-    write_results(args.out, "autosolver", payload, lambda path: plot(rows, path))
+    harness.write_results(
+        args.out, "autosolver", payload, lambda path: plot(rows, path)
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ What is measured
 
     Reported: batch_solve / limit and loop / batch_solve.
 
-(b) The expensive matrix-free SPD operator of `solvers.py` (`x -> SHIFT x +
+(b) The expensive matrix-free SPD operator of `solvers` (`x -> SHIFT x +
     C^T (C x)`, `C` a chain of 16 dense 256 x 256 float32 layers, weights in an
     `eqx.Partial` with `closure_convert=False` so that they are jit arguments,
     scaled so that CG converges in a few tens of steps), 512 right-hand sides:
@@ -27,7 +27,7 @@ What is measured
     lineax     jit(jax.vmap(lambda b: lx.linear_solve(plain op, b, lx.CG(...))))
 
     both with `rtol = atol = 1e-5`, `max_steps = 200`, timed as in
-    `_common.time_program` (trace + lower + compile + first call, then the
+    `harness.time_program` (trace + lower + compile + first call, then the
     median run). Auto's decision (with the executions `batch_solve` counts) is
     recorded: with at least as many right-hand sides as unknowns and the matrix
     within the budget it materialises once and vmaps CG on the matrix.
@@ -44,29 +44,16 @@ What is measured
     the run's growth is `VmHWM` after the call minus `VmRSS` before it. Chunked
     runs first (in case the reset is unavailable and `VmHWM` is monotone).
 
-`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
-
 How to run
 ----------
 
-    .venv/bin/python benchmarks/batch.py            # the sizes above, ~3 minutes
-    .venv/bin/python benchmarks/batch.py --quick    # small sizes, < 1 minute
+    python -m benchmarks.batch            # the sizes above, ~3 minutes
+    python -m benchmarks.batch --quick    # small sizes, < 1 minute
 
-Results: `benchmarks/results/batch.json` and `benchmarks/results/batch.png`
-(`--out` to change the folder).
-
-Code: this file (measurements, main) and `_batch_report.py` (table, acceptance,
-plot); shared: `_common.py`, `_operators.py`, `_plotting.py`, `_solvers_measure.py`.
+Results: `benchmarks/results/batch.json` and `batch.png` (`--out DIR`).
 """
 
-# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
-import _common
-
-
-# isort: split
-import argparse
 import ctypes
-import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,15 +63,14 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import lineax as lx
-from _batch_report import ACCEPTANCE, acceptance, format_report, plot
-from _common import RESULTS_DIR, SEED, timed
-from _solvers_measure import make_spd, make_weights, SHIFT
 
 import lineax_dispatch as lxd
+from benchmarks import harness
+from benchmarks.harness import SEED, SHIFT, timed
 from lineax_dispatch.solvers._prepare import expected_iterations
 
 
-RTOL = ATOL = 1e-5  # as `_batch_report.RTOL`
+RTOL = ATOL = 1e-5
 MAX_STEPS = 200
 FULL = dict(
     dense_n=512, dense_batches=(1, 16, 256), n=256, layers=16, rhs=512,
@@ -96,15 +82,18 @@ QUICK = dict(
 )  # fmt: skip
 
 
+ACCEPTANCE = dict(
+    dense_vs_limit_max=1.25, loop_vs_dense_min=20.0, auto_vs_lineax_max=1.0
+)
+
+
 def median_time(thunk, runs: int) -> float:
+    """One call (compiling), then the median of `runs` calls."""
     jax.block_until_ready(thunk())
-    return statistics.median(
-        timed(lambda: jax.block_until_ready(thunk()))[1] for _ in range(runs)
-    )
+    return harness.median_call_time(thunk, runs)
 
 
-# --------------------------------------------------------------------------------------
-# (a) dense LU
+# ------------------------------------------------------------------ (a) dense LU
 
 
 def dense_part(n: int, batches: Sequence[int], runs: int) -> list[dict]:
@@ -142,34 +131,30 @@ def dense_part(n: int, batches: Sequence[int], runs: int) -> list[dict]:
     return rows
 
 
-# --------------------------------------------------------------------------------------
-# (b) expensive matrix-free operator, CG
+# ------------------------------------------------------------------ (b) expensive matrix-free operator, CG
 
 
 def cg_part(n: int, layers: int, rhs: int) -> dict:
-    weights, scales, factor = make_weights(n, layers)
+    weights, scales, factor = harness.spd_layers(n, layers)
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     tag = lx.positive_semidefinite_tag
     ours = lxd.FunctionLinearOperator(
-        make_spd(weights, scales), structure, tag, False, policy=lxd.Auto()
+        harness.spd_function(weights, scales), structure, tag, False, policy=lxd.Auto()
     )
-    plain = lx.FunctionLinearOperator(make_spd(weights, scales), structure, tag, False)
+    plain = lx.FunctionLinearOperator(
+        harness.spd_function(weights, scales), structure, tag, False
+    )
     bs = jax.random.normal(jax.random.key(SEED + 1), (rhs, n), jnp.float32)
     executions = expected_iterations(MAX_STEPS, n)
     decision = ours.policy.decision(ours, batch=rhs, executions=executions)
     solver = lxd.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
     lx_solver = lx.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
 
-    params_o, static_o = eqx.partition(ours, eqx.is_array)
-    params_p, static_p = eqx.partition(plain, eqx.is_array)
-
-    def auto(params, bs):
-        sol = lxd.batch_solve(eqx.combine(params, static_o), bs, solver, throw=False)
+    def auto(op, bs):
+        sol = lxd.batch_solve(op, bs, solver, throw=False)
         return sol.value, sol.stats["num_steps"]
 
-    def vmapped(params, bs):
-        op = eqx.combine(params, static_p)
-
+    def vmapped(op, bs):
         def one(b):
             sol = lx.linear_solve(op, b, lx_solver, throw=False)
             return sol.value, sol.stats["num_steps"]
@@ -187,11 +172,9 @@ def cg_part(n: int, layers: int, rhs: int) -> dict:
         ),
         scale_factor_per_layer=factor,
     )
-    for name, program, params in (
-        ("auto", auto, params_o),
-        ("lineax", vmapped, params_p),
-    ):
-        timings, _, (x, steps) = _common.time_program(program, params, bs, 3)
+    for name, op, body in (("auto", ours, auto), ("lineax", plain, vmapped)):
+        program, params, _ = harness.split_program(op, body)
+        timings, _, (x, steps) = harness.time_program(program, params, bs, 3)
         residual = jnp.linalg.norm(jax.vmap(plain.mv)(x) - bs, axis=1)
         timings.update(
             total_s=timings["compile_total_s"] + timings["run_s"],
@@ -204,8 +187,7 @@ def cg_part(n: int, layers: int, rhs: int) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# (c) peak memory under a budget
+# ------------------------------------------------------------------ (c) peak memory under a budget
 
 
 def _status_kb(field: str) -> int:
@@ -257,17 +239,17 @@ def memory_part(n: int, rhs: int) -> dict:
         decision=dict(policy=repr(decision.policy), reasons=list(decision.reasons)),
         vectors_mb=rhs * n * 4 / 2**20,
     )
+
+    def solve(op, bs):
+        sol = lxd.batch_solve(op, bs, solver, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
     reset_ok = True
     for name, policy in (
         ("auto_chunked", lxd.Auto(memory_budget=budget)),
         ("lockstep", lxd.VmapBatch()),
     ):
-        params, static = eqx.partition(op_with(policy), eqx.is_array)
-
-        def program(params, bs):
-            sol = lxd.batch_solve(eqx.combine(params, static), bs, solver, throw=False)
-            return sol.value, sol.stats["num_steps"]
-
+        program, params, _ = harness.split_program(op_with(policy), solve)
         compiled, compile_s = timed(
             lambda: jax.jit(program).lower(params, bs).compile()
         )
@@ -291,21 +273,119 @@ def memory_part(n: int, rhs: int) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# Main
+# ------------------------------------------------------------------ report
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, < 1 minute")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    return parser.parse_args(argv)
+def format_report(dense: list[dict], cg: dict, mem: dict, config: dict) -> str:
+    """The three parts' tables and Auto's decisions."""
+    lines = [
+        f"(a) dense SPD n={config['dense_n']} float32, lx.LU, run times (ms)",
+        f"{'B':>5} {'batch_solve':>12} {'loop':>10} {'limit':>10} "
+        f"{'bs/limit':>9} {'loop/bs':>8} {'residual':>9}",
+    ]
+    for r in dense:
+        lines.append(
+            f"{r['batch']:>5} {1e3 * r['batch_solve_s']:>12.3f}"
+            f" {1e3 * r['loop_s']:>10.2f}"
+            f" {1e3 * r['limit_s']:>10.3f} {r['batch_solve_over_limit']:>9.2f}"
+            f" {r['loop_over_batch_solve']:>8.1f} {r['residual']:>9.1e}"
+        )
+    lines += [
+        "",
+        f"(b) matrix-free SPD n={config['n']}, {config['layers']} layers, "
+        f"{config['rhs']} rhs, CG rtol=atol={RTOL:g} (s)",
+        f"{'':>8} {'compile':>8} {'run':>8} {'total':>8} {'steps':>6} {'residual':>9}",
+    ]
+    for name in ("auto", "lineax"):
+        t = cg[name]
+        lines.append(
+            f"{name:>8} {t['compile_total_s']:>8.2f} {t['run_s']:>8.3f}"
+            f" {t['total_s']:>8.2f} {t['steps_max']:>6} {t['max_residual']:>9.1e}"
+        )
+    lines.append(
+        f"  Auto decided {cg['decision']['policy']} (executions="
+        f"{cg['decision']['executions']}): " + " ".join(cg["decision"]["reasons"])
+    )
+    lines += [
+        "",
+        f"(c) CG on x -> d*x, n={config['mem_n']}, {config['mem_rhs']} rhs "
+        f"(stack of vectors {mem['vectors_mb']:.0f} MB), budget "
+        f"{mem['budget'] / 2**20:g} MiB",
+        f"{'':>13} {'RSS before':>10} {'peak':>8} {'growth':>8} {'run s':>7} "
+        f"{'steps':>6}",
+    ]
+    for name in ("auto_chunked", "lockstep"):
+        m = mem[name]
+        lines.append(
+            f"{name:>13} {m['rss_before_mb']:>9.0f}M {m['peak_mb']:>7.0f}M"
+            f" {m['growth_mb']:>7.0f}M {m['run_s']:>7.2f} {m['steps_max']:>6}"
+        )
+    lines.append(
+        f"  Auto decided {mem['decision']['policy']}: "
+        + " ".join(mem["decision"]["reasons"])
+    )
+    if not mem["peak_reset_available"]:
+        lines.append("  (peak RSS reset unavailable: VmHWM is monotone)")
+    return "\n".join(lines)
+
+
+def acceptance(dense: list[dict], cg: dict) -> dict:
+    """Each criterion of `ACCEPTANCE`, as a line, and whether it holds."""
+    last, a = dense[-1], ACCEPTANCE
+    b = last["batch"]
+    limit, loop = last["batch_solve_over_limit"], last["loop_over_batch_solve"]
+    ratio = cg["auto"]["total_s"] / cg["lineax"]["total_s"]
+    return {
+        f"B={b}: batch_solve / limit = {limit:.2f} <= {a['dense_vs_limit_max']}": (
+            limit <= a["dense_vs_limit_max"]
+        ),
+        f"B={b}: loop / batch_solve = {loop:.1f} >= {a['loop_vs_dense_min']}": (
+            loop >= a["loop_vs_dense_min"]
+        ),
+        f"auto / vmapped lineax CG total = {ratio:.2f} <= "
+        f"{a['auto_vs_lineax_max']}": ratio <= a["auto_vs_lineax_max"],
+    }
+
+
+def plot(dense: list[dict], cg: dict, mem: dict, path: Path) -> None:
+    """(a) run times against B, (b) compile and run, (c) peak RSS growth."""
+    plt = harness.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    ax = axes[0]
+    bs = [r["batch"] for r in dense]
+    for key, label in (
+        ("batch_solve_s", "lxd.batch_solve"),
+        ("loop_s", "Python loop of lx.linear_solve"),
+        ("limit_s", "lu_factor + lu_solve (limit)"),
+    ):
+        ax.plot(bs, [1e3 * r[key] for r in dense], "o-", label=label)
+    ax.set(xscale="log", yscale="log", xlabel="right-hand sides B", ylabel="run (ms)")
+    ax.set_title("(a) dense SPD, LU")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    names = ["auto", "lineax"]
+    comp = [cg[k]["compile_total_s"] for k in names]
+    run = [cg[k]["run_s"] for k in names]
+    ax.bar(names, comp, label="compile total")
+    ax.bar(names, run, bottom=comp, label="run")
+    ax.set(ylabel="seconds", title=f"(b) CG: Auto ({cg['decision']['strategy']})")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    names = ["auto_chunked", "lockstep"]
+    ax.bar(names, [mem[k]["growth_mb"] for k in names], color=["C2", "C3"])
+    ax.set_xlabel(mem["decision"]["policy"] + " vs VmapBatch()", fontsize=8)
+    ax.set(ylabel="peak RSS growth of the run (MB)", title="(c) peak memory, CG")
+    fig.suptitle(f"batch_solve; {harness.jax_label()}, {harness.openblas_label()}")
+    harness.save(fig, path)
+
+
+# ------------------------------------------------------------------ main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = harness.parser(__doc__, FULL, QUICK).parse_args(argv)
     start = time.perf_counter()
-    env = _common.environment()
+    env = harness.environment()
     config = dict(
         QUICK if args.quick else FULL,
         dtype="float32",
@@ -316,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         seed=SEED,
         quick=args.quick,
     )
-    _common.print_setup(env, config)
+    harness.print_setup(env, config)
     runs = 5 if args.quick else 9
     mem = memory_part(config["mem_n"], config["mem_rhs"])
     dense = dense_part(config["dense_n"], config["dense_batches"], runs)
@@ -339,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         acceptance=dict(criteria=ACCEPTANCE, results=accept),
         total_seconds=elapsed,
     )
-    _common.write_results(
+    harness.write_results(
         args.out, "batch", payload, lambda path: plot(dense, cg, mem, path)
     )
 

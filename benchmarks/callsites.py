@@ -4,154 +4,108 @@ call sites, for plain lineax and for each lineax-dispatch policy.
 What is measured
 ----------------
 
-The operator is a `FunctionLinearOperator` whose function is a chain of `L` dense
-`n x n` layers, `x -> s_L * (W_L @ (... s_1 * (W_1 @ x)))`, float32, weights drawn
-from `jax.random` with a fixed seed (`s_i` is a per-layer elementwise scale, so
-that XLA sees `L` separate matmuls; see `_operators.py`). It is built with
-`closure_convert=False`, its function an `eqx.Partial` holding the weights, so
-that they are the operator's arrays whatever jax's closure conversion does (as in
-`solvers.py` and `auto.py`). It used to be built with lineax's default
-`closure_convert=True`, which leaves the weights as the operator's arrays only
-while jax keeps captured arrays as constants of the closure-converted jaxpr: with
-`jax_use_simplified_jaxpr_constants` on, jax 0.10 inlines them as literals, the
-operator has no array leaves, `params` below is empty and the weights (128 MiB at
-the defaults) are compiled in as HLO constants.
+The operator is a `FunctionLinearOperator` whose function is the dense-layer
+chain of `harness` (`L` dense `n x n` float32 layers, weights drawn from
+`jax.random` with a fixed seed). It is built with `closure_convert=False`, its
+function an `eqx.Partial` holding the weights, so that they are the operator's
+arrays whatever jax's closure conversion does (as in `solvers` and `auto`). With
+lineax's default `closure_convert=True` they stay the operator's arrays only while
+jax keeps captured arrays as constants of the closure-converted jaxpr: with
+`jax_use_simplified_jaxpr_constants` on, jax 0.10 inlines them as literals and the
+weights (128 MiB at the defaults) are compiled in as HLO constants.
 
 For each number of call sites `k` the program is
 
     f(xs) = op.mv(xs[0]) + op.mv(xs[1]) + ... + op.mv(xs[k - 1])
 
 written as a Python loop, so each `mv` is a separate call site in the traced
-program. The operator's arrays (the weights) are an *argument* of the jitted function
-and its static part (the function, the policy) is closed over, as
-`equinox.filter_jit` would split it: closing over the arrays would embed them as
-literal constants in the HLO and measure the serialisation of those, not the
-compiler.
+program; the operator's arrays are an *argument* of the jitted function and its
+static part is closed over (`harness.split_program`).
 
 Variants: plain `lineax.FunctionLinearOperator`, and
 `lineax_dispatch.FunctionLinearOperator` with `Lazy()`, `Outline()` and
 `Materialise(batch_size=MATERIALISE_BATCH)`.
 
-For each (variant, k), in this process, with a freshly built operator (a new
-function object in the `eqx.Partial`, hence a new static part, so that neither
-jax's caches nor equinox's process-wide cache of `Outline`'s callee carry over),
-`jax.jit(f)` is timed on `(params, xs)` (`params`: the operator's arrays) as in
-`_common.time_program`: trace, lower, compile, first call (for `Outline` this
-includes compiling the outlined callee; for dot-heavy code XLA:CPU defers part of
-its compile work to the first execution) and run, the median of several further
-executions (at least 3). For `Outline` each call is a host callback that hands
-the operator's arrays (all the weights, not only the vector) to the callee, so its
-run time grows with the operator's size; for `Materialise` each call of `f` builds
-the matrix again (XLA merges the k identical builds into one).
+For each (variant, k), with a freshly built operator (a new function object in
+the `eqx.Partial`, hence a new static part, so that neither jax's caches nor
+equinox's process-wide cache of `Outline`'s callee carry over), `jax.jit(f)` is
+timed as in `harness.time_program`, with at least 3 runs. For `Outline` each call
+is a host callback that hands the operator's arrays (all the weights, not only
+the vector) to the callee, so its run time grows with the operator's size; for
+`Materialise` each call of `f` builds the matrix again (XLA merges the k identical
+builds into one).
 
-"compile total" = trace + lower + compile + (first call - run), and "run per
-mv" = run / k. Each (variant, k) is measured `--repeats` times (default 3), each
-time with a fresh operator, and the repeat with the median compile total is
-reported (all compile totals are kept in the JSON). Before any of this, each
-variant is run once at k=1 with the real weights and discarded (warm-up).
-Ratios are reported against the same variant at k=1 and against plain lineax at
-the same k.
+"run per mv" = run / k. Each (variant, k) is measured `--repeats` times (default
+3), each time with a fresh operator, and the repeat with the median compile total
+is reported (all compile totals are kept in the JSON). Before any of this, each
+variant is run once at k=1 with the real weights and discarded (warm-up). Ratios
+are reported against the same variant at k=1 and against plain lineax at the
+same k.
 
 A quick check at the start shows that a fresh operator makes `Outline`'s callee
 compile again (by counting how often the user's Python function runs, with
 `closure_convert=False`), while reusing one operator does not.
 
-`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
-
 How to run
 ----------
 
-    .venv/bin/python benchmarks/callsites.py            # n=1024, L=32, k=1,2,4,8,16
-    .venv/bin/python benchmarks/callsites.py --quick    # n=256, L=8, k=1,2,4
-    .venv/bin/python benchmarks/callsites.py --n 512 --layers 16 --ks 1,4,16
+    python -m benchmarks.callsites            # n=1024, L=32, k=1,2,4,8,16
+    python -m benchmarks.callsites --quick    # n=256, L=8, k=1,2,4
+    python -m benchmarks.callsites --n 512 --layers 16 --ks 1,4,16
 
-Results: `benchmarks/results/callsites.json` and `benchmarks/results/callsites.png`.
-Tables and plot: `_callsites_report.py`; shared: `_common.py`, `_operators.py`,
-`_plotting.py`.
+Results: `benchmarks/results/callsites.json` and `callsites.png` (`--out DIR`).
 """
 
-# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
-import _common
-
-
-# isort: split
-import argparse
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
-from _callsites_report import BASELINE, format_ratios, format_table, plot, ratios
-from _common import (
-    count_runs,
-    median_trial,
-    relative_error,
-    RESULTS_DIR,
-    SEED,
-    time_program,
-)
-from _operators import apply_chain, random_layers
 
 import lineax_dispatch as lxd
+from benchmarks import harness
+from benchmarks.harness import SEED
 
 
-DEFAULT_N = 1024
-DEFAULT_LAYERS = 32
-DEFAULT_KS = (1, 2, 4, 8, 16)
-QUICK_N = 256
-QUICK_LAYERS = 8
-QUICK_KS = (1, 2, 4)
+FULL = dict(n=1024, layers=32, ks=(1, 2, 4, 8, 16))
+QUICK = dict(n=256, layers=8, ks=(1, 2, 4))
 MATERIALISE_BATCH = 128
 REPEATS = 3
 MIN_RUNS = 3
+BASELINE = "lineax"
 
 
-# --------------------------------------------------------------------------------------
-# The operator
-
-
-def make_weights(n: int, layers: int, seed: int = SEED):
-    """Weights `W_i ~ N(0, 1/n)` and per-layer scales `s_i ~ U(0.5, 1.5)`, float32."""
-    keys = jax.random.split(jax.random.key(seed), 2 * layers)
-    return jax.block_until_ready(random_layers(keys, n, layers))
+# ------------------------------------------------------------------ cases
 
 
 def make_chain(weights, scales) -> Callable:
-    """`x -> s_L * (W_L @ ... s_1 * (W_1 @ x))` as an `eqx.Partial` holding the
-    arrays, around a new function object each call."""
+    """The chain as an `eqx.Partial` holding the arrays, around a new function
+    object each call."""
 
     def chain(weights, scales, x):
-        return apply_chain(weights, scales, x)
+        return harness.apply_chain(weights, scales, x)
 
     return eqx.Partial(chain, weights, scales)
-
-
-def _lineax_builder(fn, structure):
-    return lx.FunctionLinearOperator(fn, structure, (), closure_convert=False)
-
-
-def _dispatch_builder(policy: lxd.AbstractPolicy) -> Callable:
-    def build(fn, structure):
-        return lxd.FunctionLinearOperator(
-            fn, structure, (), closure_convert=False, policy=policy
-        )
-
-    return build
 
 
 def variant_builders(batch_size: int) -> dict[str, Callable]:
     """Name -> `(fn, structure) -> operator` (`closure_convert=False`), plain lineax
     first."""
+
+    def ours(policy: lxd.AbstractPolicy) -> Callable:
+        return lambda fn, structure: lxd.FunctionLinearOperator(
+            fn, structure, (), closure_convert=False, policy=policy
+        )
+
     return {
-        BASELINE: _lineax_builder,
-        "Lazy": _dispatch_builder(lxd.Lazy()),
-        "Outline": _dispatch_builder(lxd.Outline()),
-        f"Materialise({batch_size})": _dispatch_builder(
-            lxd.Materialise(batch_size=batch_size)
+        BASELINE: lambda fn, structure: lx.FunctionLinearOperator(
+            fn, structure, (), closure_convert=False
         ),
+        "Lazy": ours(lxd.Lazy()),
+        "Outline": ours(lxd.Outline()),
+        f"Materialise({batch_size})": ours(lxd.Materialise(batch_size=batch_size)),
     }
 
 
@@ -167,21 +121,7 @@ def make_sum_of_mvs(k: int) -> Callable:
     return sum_of_mvs
 
 
-def make_program(op, k: int) -> tuple[Callable, object]:
-    """`(f, params)` with `f(params, xs) = sum_i op.mv(xs[i])`: the operator's arrays
-    (the weights) are a jit argument and its static part (the function, the
-    policy) is closed over, the split `equinox.filter_jit` makes."""
-    params, static = eqx.partition(op, eqx.is_array)
-    sum_of_mvs = make_sum_of_mvs(k)
-
-    def f(params, xs):
-        return sum_of_mvs(eqx.combine(params, static), xs)
-
-    return f, params
-
-
-# --------------------------------------------------------------------------------------
-# Measurements
+# ------------------------------------------------------------------ measure
 
 
 def measure(build: Callable, weights, scales, k: int, n: int) -> tuple[dict, jax.Array]:
@@ -189,8 +129,8 @@ def measure(build: Callable, weights, scales, k: int, n: int) -> tuple[dict, jax
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     op = build(make_chain(weights, scales), structure)
     xs = jax.random.normal(jax.random.key(SEED + k), (k, n), jnp.float32)
-    program, params = make_program(op, k)
-    timings, _, out = time_program(program, params, xs, MIN_RUNS)
+    program, params, _ = harness.split_program(op, make_sum_of_mvs(k))
+    timings, _, out = harness.time_program(program, params, xs, MIN_RUNS)
     runs = timings.pop("runs")
     timings = dict(k=k, **timings, run_per_mv_s=timings["run_s"] / k, runs=runs)
     return timings, out
@@ -200,10 +140,9 @@ def measure_repeated(
     build: Callable, weights, scales, k: int, n: int, repeats: int
 ) -> tuple[dict, jax.Array]:
     """`measure` `repeats` times; the repeat with the median compile total, with
-    every repeat's compile total (in increasing order) added as
-    `compile_total_all_s`."""
+    every repeat's compile total (in increasing order) as `compile_total_all_s`."""
     trials = [measure(build, weights, scales, k, n) for _ in range(repeats)]
-    timings, out = median_trial(trials, "compile_total_s")
+    timings, out = harness.median_trial(trials, "compile_total_s")
     timings["compile_total_all_s"] = sorted(t["compile_total_s"] for t, _ in trials)
     return timings, out
 
@@ -213,7 +152,7 @@ def check_fresh_operator_recompiles(n: int = 16, layers: int = 2) -> dict:
     `Outline`: a fresh operator should run it once while tracing (shape
     evaluation) and once at the first call (compiling the callee); the same
     operator in a new `jit` should run it zero times (equinox's caches hit)."""
-    weights, scales = make_weights(n, layers, SEED + 1)
+    weights, scales = harness.chain_layers(n, layers, SEED + 1)
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     xs = jnp.ones((2, n), jnp.float32)
     counter = [0]
@@ -230,10 +169,9 @@ def check_fresh_operator_recompiles(n: int = 16, layers: int = 2) -> dict:
         )
 
     def runs(op) -> dict:
-        # The operator holds a plain Python function (the weights are closed over,
-        # not leaves), which is not a valid `jax.jit` argument: close over the
-        # (tiny) operator instead.
-        trace, first_call = count_runs(
+        # The operator holds a plain Python function (not a valid `jax.jit`
+        # argument): close over the (tiny) operator instead.
+        trace, first_call = harness.count_runs(
             lambda xs: make_sum_of_mvs(2)(op, xs), xs, counter
         )
         return dict(trace=trace, first_call=first_call)
@@ -251,19 +189,15 @@ def check_fresh_operator_recompiles(n: int = 16, layers: int = 2) -> dict:
     return result
 
 
-def warm_up(builders: dict[str, Callable], weights, scales, n: int) -> None:
-    """One discarded measurement per variant at k=1 with the real weights. The
-    first `Outline` call at a given size pays a one-off ~0.5 s (first touch of the
-    host memory its callback copies the weights into) that would otherwise land on
-    the k=1 row only."""
-    for build in builders.values():
-        measure(build, weights, scales, 1, n)
-
-
-def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
+def run_all(args) -> dict[str, list[dict]]:
+    """The warm-up, then every (variant, k)."""
     builders = variant_builders(args.batch_size)
-    weights, scales = make_weights(args.n, args.layers)
-    warm_up(builders, weights, scales, args.n)
+    weights, scales = harness.chain_layers(args.n, args.layers)
+    # One discarded measurement per variant at k=1 with the real weights: the
+    # first `Outline` call at a given size pays a one-off ~0.5 s (first touch of
+    # the host memory its callback copies the weights into).
+    for build in builders.values():
+        measure(build, weights, scales, 1, args.n)
     results: dict[str, list[dict]] = {name: [] for name in builders}
     for k in args.ks:
         reference = None
@@ -272,7 +206,7 @@ def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
                 build, weights, scales, k, args.n, args.repeats
             )
             reference = out if reference is None else reference
-            timings["rel_err_vs_lineax"] = relative_error(out, reference)
+            timings["rel_err_vs_lineax"] = harness.relative_error(out, reference)
             results[name].append(timings)
             print(
                 f"  k={k:<3} {name:<18} compile total "
@@ -283,25 +217,92 @@ def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
     return results
 
 
-# --------------------------------------------------------------------------------------
-# Main
+# ------------------------------------------------------------------ report
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--n", type=int, default=None, help=f"size (default {DEFAULT_N})"
+def ratios(results: dict[str, list[dict]]) -> dict:
+    """Compile total over the same variant at the smallest k, and over plain
+    lineax at the same k."""
+    base = {r["k"]: r["compile_total_s"] for r in results[BASELINE]}
+    out = {}
+    for name, rows in results.items():
+        first = rows[0]["compile_total_s"]
+        out[name] = {
+            "vs_own_first_k": {r["k"]: r["compile_total_s"] / first for r in rows},
+            "vs_lineax_same_k": {
+                r["k"]: r["compile_total_s"] / base[r["k"]] for r in rows
+            },
+        }
+    return out
+
+
+def format_table(results: dict[str, list[dict]]) -> str:
+    """Every (variant, k): the timing stages, run per mv and the error."""
+    columns = [("variant", lambda r: r["name"]), ("k", lambda r: r["k"])]
+    columns += harness.stage_columns()
+    columns += [
+        ("run/mv", lambda r: f"{r['run_per_mv_s'] * 1e3:.3f} ms"),
+        ("runs", lambda r: r["runs"]),
+        ("rel.err", lambda r: f"{r['rel_err_vs_lineax']:.1e}"),
+    ]
+    rows = [dict(r, name=name) for name, rs in results.items() for r in rs]
+    return harness.column_table(columns, rows)
+
+
+def format_ratios(table: dict, ks: Sequence[int]) -> str:
+    """The two ratio tables of `ratios`."""
+    lines = []
+    for title, key in (
+        (f"compile total / same variant at k={ks[0]}", "vs_own_first_k"),
+        ("compile total / plain lineax at the same k", "vs_lineax_same_k"),
+    ):
+        rows = [[name] + [f"{r[key][k]:.2f}x" for k in ks] for name, r in table.items()]
+        headers = ["variant"] + [f"k={k}" for k in ks]
+        lines += ["", title, harness.table(headers, rows)]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, list[dict]], config: dict, path) -> None:
+    """Compile total and run per mv against k, per variant."""
+    plt = harness.pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, rows in results.items():
+        ks = [r["k"] for r in rows]
+        left.plot(ks, [r["compile_total_s"] for r in rows], "o-", label=name)
+        right.plot(ks, [r["run_per_mv_s"] * 1e3 for r in rows], "o-", label=name)
+    for ax, title, ylabel in (
+        (left, "compile total (trace+lower+compile+first-call extra)", "seconds"),
+        (right, "steady run time per mv", "milliseconds"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("independent call sites k")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        harness.plain_log_ticks(ax)
+    left.legend(fontsize=8)
+    fig.suptitle(
+        f"{config['layers']}-layer n={config['n']} float32 FunctionLinearOperator, "
+        f"{harness.jax_label()}, {harness.openblas_label()}",
+        fontsize=10,
     )
-    parser.add_argument(
-        "--layers", type=int, default=None, help=f"layers (default {DEFAULT_LAYERS})"
-    )
+    harness.save(fig, path)
+
+
+# ------------------------------------------------------------------ main
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    """The command line; sizes left out take the defaults (or `--quick`'s)."""
+    parser = harness.parser(__doc__, FULL, QUICK)
+    parser.add_argument("--n", type=int, help=f"size (default {FULL['n']})")
+    parser.add_argument("--layers", type=int, help=f"layers (default {FULL['layers']})")
     parser.add_argument(
         "--ks",
-        type=lambda s: tuple(int(k) for k in s.split(",")),
-        default=None,
-        help="comma-separated call-site counts (default "
-        + ",".join(map(str, DEFAULT_KS))
-        + ")",
+        type=harness.int_list,
+        help=f"comma-separated call-site counts (default {harness.joined(FULL['ks'])})",
     )
     parser.add_argument(
         "--batch-size",
@@ -316,30 +317,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="fresh-operator repeats per (variant, k), the median kept "
         f"(default {REPEATS})",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"n={QUICK_N}, layers={QUICK_LAYERS}, ks="
-        + ",".join(map(str, QUICK_KS))
-        + " unless given",
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     args = parser.parse_args(argv)
-    n_default, layers_default, ks_default = (
-        (QUICK_N, QUICK_LAYERS, QUICK_KS)
-        if args.quick
-        else (DEFAULT_N, DEFAULT_LAYERS, DEFAULT_KS)
-    )
-    args.n = n_default if args.n is None else args.n
-    args.layers = layers_default if args.layers is None else args.layers
-    args.ks = tuple(sorted(set(ks_default if args.ks is None else args.ks)))
+    harness.fill_defaults(args, FULL, QUICK)
+    args.ks = tuple(sorted(set(args.ks)))
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Measure, print the tables, write `callsites.json` and `callsites.png`."""
     args = parse_args(argv)
     start = time.perf_counter()
-    env = _common.environment()
+    env = harness.environment()
     config = dict(
         n=args.n,
         layers=args.layers,
@@ -351,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         seed=SEED,
         operator_passed_as_jit_argument=True,
     )
-    _common.print_setup(env, config)
+    harness.print_setup(env, config)
 
     check = check_fresh_operator_recompiles()
     print(
@@ -373,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     outline = ratio_table["Outline"]["vs_own_first_k"][args.ks[-1]]
     print(
         f"\nOutline compile total at k={args.ks[-1]} / k={args.ks[0]}: {outline:.2f}x "
-        f"(target <= 1.5x: {'met' if outline <= 1.5 else 'NOT met'})"
+        f"(target <= 1.5x: {harness.met(outline <= 1.5)})"
     )
     print(f"total benchmark time: {elapsed:.1f} s")
 
@@ -386,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         outline_target=dict(ratio=outline, threshold=1.5, met=bool(outline <= 1.5)),
         total_seconds=elapsed,
     )
-    _common.write_results(
+    harness.write_results(
         args.out, "callsites", payload, lambda path: plot(results, config, path)
     )
 

@@ -7,7 +7,7 @@ process; a reused `jax.jit` function; and eager `mv`.
 What is measured
 ----------------
 
-The operator is the dense-layer chain of `_operators.py` (`L` layers `n x n`,
+The operator is the dense-layer chain of `harness` (`L` layers `n x n`,
 float32) as a `FunctionLinearOperator` over an `eqx.Partial` holding the weights
 (`closure_convert=False`, so the weights are the operator's arrays). The program
 takes the operator and the inputs as arguments (`lxd.jit` reads them as
@@ -33,39 +33,39 @@ compiled `mv`, compiled once per operator kind and signature), against a jitted
 `mv` (targets: within 1.5x of the jitted `mv`, and 10x faster than lineax at 24
 layers n=256).
 
-`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
-
 How to run
 ----------
 
-    .venv/bin/python benchmarks/program.py            # (1024, 32) and (256, 24)
-    .venv/bin/python benchmarks/program.py --quick    # (128, 8), k = 1, 4
+    python -m benchmarks.program            # (1024, 32) and (256, 24)
+    python -m benchmarks.program --quick    # (128, 8), k = 1, 4
 
 Results: `benchmarks/results/program.json` and `benchmarks/results/program.png`.
 """
 
-# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
-import _common
-
-
-# isort: split
-import argparse
 import statistics
-from pathlib import Path
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
-from _operators import apply_chain, random_layers
-from _plotting import jax_label, openblas_label, pyplot, save
 
 import lineax_dispatch as lxd
+from benchmarks import harness
+from benchmarks.harness import timed
+
+
+FULL = dict(cases=[(1024, 32), (256, 24)], ks=[1, 16])
+QUICK = dict(cases=[(128, 8)], ks=[1, 4], repeats=1)
+
+
+# ------------------------------------------------------------------ cases
 
 
 def _operator(weights, scales, n: int, policy):
-    fn = eqx.Partial(lambda w, s, x: apply_chain(w, s, x), weights, scales)
+    """The chain as a fresh operator: plain lineax for policy None, else ours."""
+    fn = eqx.Partial(lambda w, s, x: harness.apply_chain(w, s, x), weights, scales)
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     if policy is None:
         return lx.FunctionLinearOperator(fn, structure, closure_convert=False)
@@ -75,10 +75,12 @@ def _operator(weights, scales, n: int, policy):
 
 
 def independent(op, xs):
+    """`k` independent call sites."""
     return sum(op.mv(xs[i]) for i in range(xs.shape[0]))
 
 
 def dependent(op, xs):
+    """`k` call sites, each fed the previous output."""
     x = xs[0]
     for i in range(xs.shape[0]):
         x = op.mv(x)
@@ -91,34 +93,46 @@ VARIANTS = {"lineax": None, "lxd.jit + Roll": lxd.Roll(), "lxd.jit + Auto": lxd.
 OURS = [v for v in VARIANTS if v != "lineax"]
 
 
-def measure(variant: str, pattern: str, layers, n: int, k: int):
-    weights, scales = layers
-    policy = VARIANTS[variant]
-    op = _operator(weights, scales, n, policy)
-    xs = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
-    program = PATTERNS[pattern]
-    jitted = (eqx.filter_jit if variant == "lineax" else lxd.jit)(program)
-    lowered, lower_s = _common.timed(lambda: jitted.lower(op, xs))
-    compiled, compile_s = _common.timed(lowered.compile)
-    if variant == "lineax":  # equinox's compiled wrapper splits the operator
-        call = lambda: compiled(op, xs)  # noqa: E731
-    else:  # jax's compiled program of the traced halves of the arguments
-        dynamic = eqx.filter(op, eqx.is_array)
-        call = lambda: compiled(dynamic, xs)  # noqa: E731
-    out, first_s = _common.timed(lambda: jax.block_until_ready(call()))
-    runs = [_common.timed(lambda: jax.block_until_ready(call()))[1] for _ in range(5)]
-    run_s = statistics.median(runs)
+# ------------------------------------------------------------------ measure
+
+
+def time_lowered(lower: Callable, caller: Callable) -> tuple[dict, object]:
+    """Times `lower()` (the trace, and for `lxd.jit` the rewrite), the compile of
+    what it returns and the first call of `caller(compiled)`, then the median of
+    5 further calls; "compile total" = lower + compile + (first call - run)."""
+    lowered, lower_s = timed(lower)
+    compiled, compile_s = timed(lowered.compile)
+    call = caller(compiled)
+    out, first_s = timed(lambda: jax.block_until_ready(call()))
+    run_s = harness.median_call_time(call, 5)
     return dict(
         lower_s=lower_s,
         compile_s=compile_s,
         first_call_s=first_s,
         compile_total_s=lower_s + compile_s + max(first_s - run_s, 0.0),
         run_s=run_s,
-        run_per_mv_s=run_s / k,
-    ), np.asarray(out)
+    ), out
+
+
+def measure(variant: str, pattern: str, layers, n: int, k: int):
+    """One (pattern, variant, k) with a fresh operator."""
+    weights, scales = layers
+    op = _operator(weights, scales, n, VARIANTS[variant])
+    xs = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
+    jitted = (eqx.filter_jit if variant == "lineax" else lxd.jit)(PATTERNS[pattern])
+    if variant == "lineax":  # equinox's compiled wrapper splits the operator
+        args = (op, xs)
+    else:  # jax's compiled program of the traced halves of the arguments
+        args = (eqx.filter(op, eqx.is_array), xs)
+    timings, out = time_lowered(
+        lambda: jitted.lower(op, xs), lambda compiled: lambda: compiled(*args)
+    )
+    return dict(timings, run_per_mv_s=timings["run_s"] / k), np.asarray(out)
 
 
 def eager(layers, n: int, calls: int = 5) -> dict:
+    """The first and later calls of `op.mv` outside any trace, and of a jitted
+    `mv`."""
     weights, scales = layers
     v = jnp.ones(n, jnp.float32)
     out = {}
@@ -128,22 +142,12 @@ def eager(layers, n: int, calls: int = 5) -> dict:
         ("lxd Auto", lxd.Auto()),
     ):
         op = _operator(weights, scales, n, policy)
-        times = [
-            _common.timed(lambda: jax.block_until_ready(op.mv(v)))[1]
-            for _ in range(calls)
-        ]
+        times = harness.call_times(lambda: op.mv(v), calls)
         out[variant] = dict(first_s=times[0], later_s=statistics.median(times[1:]))
     jitted = eqx.filter_jit(lambda o, v: o.mv(v))
     op = _operator(weights, scales, n, None)
     jax.block_until_ready(jitted(op, v))
-    out["jitted mv"] = dict(
-        later_s=statistics.median(
-            [
-                _common.timed(lambda: jax.block_until_ready(jitted(op, v)))[1]
-                for _ in range(5)
-            ]
-        )
-    )
+    out["jitted mv"] = dict(later_s=harness.median_call_time(lambda: jitted(op, v), 5))
     return out
 
 
@@ -164,18 +168,12 @@ def nested(ks, repeats: int) -> dict:
 
                 x = jnp.ones(64, jnp.float32)
                 jitted = (jax.jit if variant == "jax.jit" else lxd.jit)(program)
-                lowered, lower_s = _common.timed(lambda: jitted.lower(x))
-                compiled, compile_s = _common.timed(lowered.compile)
-                _, first_s = _common.timed(lambda: jax.block_until_ready(compiled(x)))
-                run_s = statistics.median(
-                    [
-                        _common.timed(lambda: jax.block_until_ready(compiled(x)))[1]
-                        for _ in range(5)
-                    ]
+                timings, _ = time_lowered(
+                    lambda: jitted.lower(x), lambda compiled: lambda: compiled(x)
                 )
-                total = lower_s + compile_s + max(first_s - run_s, 0.0)
-                trials.append((dict(compile_total_s=total, run_s=run_s), None))
-            timings, _ = _common.median_trial(trials, "compile_total_s")
+                keep = ("compile_total_s", "run_s")
+                trials.append(({key: timings[key] for key in keep}, None))
+            timings, _ = harness.median_trial(trials, "compile_total_s")
             rows[f"{variant} k={k}"] = timings
             print("nested jit", variant, k, timings, flush=True)
         base = rows[f"{variant} k={ks[0]}"]["compile_total_s"]
@@ -187,10 +185,10 @@ def nested(ks, repeats: int) -> dict:
 
 
 def run(cases, ks, repeats: int) -> dict:
+    """The nested-jit case, then per (n, layers) eager `mv` and both patterns."""
     results = {"nested jit": nested(ks, repeats)}
     for n, depth in cases:
-        keys = jax.random.split(jax.random.key(_common.SEED), 2 * depth)
-        layers = random_layers(keys, n, depth)
+        layers = harness.chain_layers(n, depth)
         case = f"{depth} layers, n={n}"
         results[case] = {"eager": eager(layers, n)}
         for pattern in PATTERNS:
@@ -200,7 +198,7 @@ def run(cases, ks, repeats: int) -> dict:
                     trials = [
                         measure(variant, pattern, layers, n, k) for _ in range(repeats)
                     ]
-                    timings, out = _common.median_trial(trials, "compile_total_s")
+                    timings, out = harness.median_trial(trials, "compile_total_s")
                     timings["all_compile_totals_s"] = [
                         t["compile_total_s"] for t, _ in trials
                     ]
@@ -240,7 +238,11 @@ def run(cases, ks, repeats: int) -> dict:
     return results
 
 
+# ------------------------------------------------------------------ report
+
+
 def report(results: dict, ks) -> None:
+    """Compile totals, their ratios and run per mv, as text."""
     print("\nnested jit (a jitted 256-term function at k sites)")
     for name, row in results["nested jit"].items():
         print(
@@ -278,8 +280,9 @@ def report(results: dict, ks) -> None:
                 )
 
 
-def plot(results: dict, ks, path: Path) -> None:
-    plt = pyplot()
+def plot(results: dict, ks, path) -> None:
+    """Compile total against k, per case, variant and pattern."""
+    plt = harness.pyplot()
     cases = [c for c in results if c != "nested jit"]
     fig, axes = plt.subplots(
         1, len(cases), figsize=(5.5 * len(cases), 4), squeeze=False
@@ -302,28 +305,29 @@ def plot(results: dict, ks, path: Path) -> None:
         ax.set_title(case)
         ax.legend(fontsize=8)
     fig.suptitle(
-        f"program-level dispatch; {jax_label()}, {openblas_label()}", fontsize=9
+        f"program-level dispatch; {harness.jax_label()}, {harness.openblas_label()}",
+        fontsize=9,
     )
-    save(fig, path)
+    harness.save(fig, path)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+# ------------------------------------------------------------------ main
+
+
+def main(argv=None) -> None:
+    """Measure, print the report, write `program.json` and `program.png`."""
+    parser = harness.parser(__doc__, FULL, QUICK)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=_common.RESULTS_DIR)
-    args = parser.parse_args()
-    if args.quick:
-        cases, ks, repeats = [(128, 8)], [1, 4], 1
-    else:
-        cases, ks, repeats = [(1024, 32), (256, 24)], [1, 16], args.repeats
-    env = _common.environment(load_average=True)
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else dict(FULL, repeats=args.repeats)
+    cases, ks, repeats = settings["cases"], settings["ks"], settings["repeats"]
+    env = harness.environment(load_average=True)
     results = run(cases, ks, repeats)
     report(results, ks)
     payload = dict(
         environment=env, cases=[list(c) for c in cases], ks=ks, results=results
     )
-    _common.write_results(args.out, "program", payload, lambda p: plot(results, ks, p))
+    harness.write_results(args.out, "program", payload, lambda p: plot(results, ks, p))
 
 
 if __name__ == "__main__":

@@ -7,142 +7,349 @@ What is measured
 The operator is a plain `lineax.FunctionLinearOperator` (`closure_convert=False`,
 the function an `eqx.Partial` holding the weights, so that they are the operator's
 arrays and jit arguments; tagged `lx.positive_semidefinite_tag`) whose function is
-symmetric positive definite:
+the SPD map of `harness.spd_function`, `A x = SHIFT * x + B^T (B x)`, `B` the
+dense-layer chain (`L` layers, so one `mv` is `2 L` matrix-vector products) with
+its scales multiplied by a common factor that makes the largest eigenvalue of
+`B^T B` about 1: the spectrum of `A` lies in about `[SHIFT, 1 + SHIFT]`
+(condition number about 50) and CG converges in a few tens of steps at
+`rtol = atol = 1e-5`.
 
-    A x = SHIFT * x + B^T (B x),    B x = s_L * (W_L @ (... s_1 * (W_1 @ x)))
-
-with `L` dense `n x n` float32 layers `W_i ~ N(0, 1/n)` and per-layer elementwise
-scales `s_i ~ U(0.5, 1.5)` (as in `callsites.py`; see `_operators.py`), the
-transpose applied by hand (`W_1^T (s_1 * ... W_L^T (s_L * y))`, each `W^T y`
-written `y @ W`), so one `mv` is `2 L` matrix-vector products. The scales are
-multiplied by a common factor that makes the largest eigenvalue of `B^T B` about 1
-(found by power iteration), so the spectrum of `A` lies in about
-`[SHIFT, 1 + SHIFT]` (condition number about 50) and CG converges in a few tens
-of steps at `rtol = atol = 1e-5`.
-
-Pairs (ours vs lineax's counterpart), all with the same `rtol`, `atol` and
-`max_steps` on both sides and lineax's defaults for everything else:
-
-    cg        lxd.CG              vs lx.CG
-    bicgstab  lxd.BiCGStab        vs lx.BiCGStab
-    gmres     lxd.GMRES           vs lx.GMRES
-    lsmr      lxd.LSMR            vs lx.LSMR
-    normal    lxd.Normal(lxd.CG)  vs lx.Normal(lx.CG)
-    minres    lxd.MINRES          vs lx.CG (lineax has no MINRES)
-
-A pair whose lineax-dispatch solver cannot be imported (or built with these
-arguments) yet is skipped with a note; a pair whose measurement raises is reported
-as failed and the others are still measured.
+Pairs (ours vs lineax's counterpart), with the same `rtol`, `atol` and
+`max_steps` on both sides and lineax's defaults for everything else: `PAIRS`
+(lineax has no MINRES: `minres` is compared with lineax's CG). A pair whose
+lineax-dispatch solver cannot be imported or built yet is skipped with a note; a
+pair whose measurement raises is reported as failed and the others are still
+measured.
 
 For each solver (each side of each pair), with a freshly built operator each time
-(a new function object in the `eqx.Partial`, hence a new static part, so that no
-cache of jax or equinox carries over), the program
+(a new function object, hence a new static part, so that no cache of jax or
+equinox carries over), the program
 
     f(params, b) = lx.linear_solve(op(params), b, solver, throw=False)
 
-(returning the solution, `stats["num_steps"]` and the result code) is jitted with
-the operator's arrays (the weights) as an *argument* and its static part closed
-over, as `equinox.filter_jit` would split it (closing over the operator would
-embed the weights as HLO constants), and timed as in `_common.time_program`:
-trace, lower, compile, first call (XLA:CPU defers part of its compile work for
-dot-heavy code to it) and run, the median of at least 5 further executions.
-
-"compile total" = trace + lower + compile + (first call - run). Each solver is
-measured `--repeats` times (default 3; lineax and ours alternate), and the repeat
-with the median compile total is reported (all repeats' compile totals and run
-times are kept in the JSON). The same is done for ONE bare `op.mv` (jitted the same
-way, `f(params, x) = op(params).mv(x)`), and each solver's compile total is also
-reported as a multiple of it. Before the measurements one bare `mv` is measured
-at the real size and discarded (warm-up).
+(returning the solution, `stats["num_steps"]` and the result code) is timed as in
+`harness.time_program`, with at least 5 runs. Each solver is measured `--repeats`
+times (default 3; lineax and ours alternate), and the repeat with the median
+compile total is reported (all repeats' compile totals and run times are in the
+JSON). The same is done for ONE bare `op.mv`, and each solver's compile total is
+also reported as a multiple of it. Before the measurements one bare `mv` is
+measured at the real size and discarded (warm-up).
 
 Also reported per solver:
 
-- `mv` copies in the compiled program: the number of `dot` instructions of the
-  optimised HLO that take an `n x n` operand, divided by `2 L`;
+- `mv` copies in the compiled program: the `dot` instructions of the optimised
+  HLO that take an `n x n` operand, divided by `2 L`;
 - f traces: how many times the user's Python function runs while tracing,
   compiling and first calling the solve, counted on a small operator (n=16, two
-  layers) built with `closure_convert=False` (so each `mv` call site calls the
-  Python function); the small operator is closed over, not passed as an argument
-  (a Python function is not a valid `jax.jit` argument). This also warms up the
-  Python side of every solver before the timed measurements;
-- the relative residual `|A x - b| / |b|` of the solution (computed outside jit)
-  and the relative difference between the two sides' solutions.
-
-`OPENBLAS_NUM_THREADS` is set to 1 (unless already set) before jax is imported.
+  layers, closed over); this also warms up the Python side of every solver;
+- the relative residual `|A x - b| / |b|` of the solution and the relative
+  difference between the two sides' solutions.
 
 How to run
 ----------
 
-    .venv/bin/python benchmarks/solvers.py                    # n=1024, L=32, all pairs
-    .venv/bin/python benchmarks/solvers.py --quick --solvers cg   # n=128, L=4, 1 repeat
-    .venv/bin/python benchmarks/solvers.py --solvers cg,bicgstab --repeats 5
+    python -m benchmarks.solvers                          # n=1024, L=32, all pairs
+    python -m benchmarks.solvers --quick --solvers cg     # n=128, L=4, 1 repeat
+    python -m benchmarks.solvers --solvers cg,bicgstab --repeats 5
 
-Results: `benchmarks/results/solvers.json` and `benchmarks/results/solvers.png`
-(`--out` to change the folder).
-
-Code: this file (command line and main), `_solvers_pairs.py` (the pairs),
-`_solvers_measure.py` (operator, programs, measurements), `_solvers_report.py`
-(tables, plot, acceptance); shared: `_common.py`, `_operators.py`, `_plotting.py`.
+Results: `benchmarks/results/solvers.json` and `solvers.png` (`--out DIR`). The
+ratios, tables and plot are in `_solvers_report.py` (one file would be some 600
+lines).
 """
 
-# `_common` first: it sets OPENBLAS_NUM_THREADS before jax is imported.
-import _common
-
-
-# isort: split
-import argparse
+import re
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
-from _common import RESULTS_DIR, SEED
-from _solvers_measure import COUNT_LAYERS, COUNT_N, make_weights, run_all, SHIFT
-from _solvers_pairs import ATOL, available_pairs, MAX_STEPS, PAIRS, RTOL
-from _solvers_report import (
+import jax
+import jax.numpy as jnp
+import lineax as lx
+
+from benchmarks import harness
+from benchmarks._solvers_report import (
     ACCEPTANCE,
     acceptance,
+    add_ratios,
     format_details,
     format_summary,
     format_table,
     plot,
+    SIDES,
+)
+from benchmarks.harness import SEED, SHIFT
+
+
+FULL = dict(n=1024, layers=32, repeats=3)
+QUICK = dict(n=128, layers=4, repeats=1)
+RTOL = ATOL = 1e-5
+MAX_STEPS = 500
+# At least MIN_RUNS steady calls (more than callsites' 3: the run-time ratio is
+# one of the things judged).
+MIN_RUNS = 5
+# The small operator of the f-trace count.
+COUNT_N, COUNT_LAYERS = 16, 2
+
+
+# ------------------------------------------------------------------ cases
+
+
+# Each pair: ours (of `lineax_dispatch.solvers`) and lineax's counterpart, as names
+# of solver classes; "Normal" is `Normal(CG)`.
+PAIRS = {
+    "cg": ("CG", "CG"),
+    "bicgstab": ("BiCGStab", "BiCGStab"),
+    "gmres": ("GMRES", "GMRES"),
+    "lsmr": ("LSMR", "LSMR"),
+    "normal": ("Normal", "Normal"),
+    "minres": ("MINRES", "CG"),
+}
+
+
+def solver_name(key: str, side: str) -> str:
+    """`lxd.CG`, `lx.Normal(lx.CG)`, `lx.CG (no lx.MINRES)`..."""
+    ours, theirs = PAIRS[key]
+    prefix, name = ("lxd", ours) if side == "ours" else ("lx", theirs)
+    text = f"{prefix}.Normal({prefix}.CG)" if name == "Normal" else f"{prefix}.{name}"
+    return text if name == ours else f"{text} (no lx.{ours})"
+
+
+def make_solver(key: str, side: str, max_steps: int):
+    """The solver of one side of a pair."""
+    import lineax_dispatch.solvers as ours_module
+
+    module, name = (
+        (ours_module, PAIRS[key][0]) if side == "ours" else (lx, PAIRS[key][1])
+    )
+    if name == "Normal":
+        return module.Normal(module.CG(rtol=RTOL, atol=ATOL, max_steps=max_steps))
+    return getattr(module, name)(rtol=RTOL, atol=ATOL, max_steps=max_steps)
+
+
+def available_pairs(keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The selected pairs whose lineax-dispatch solvers import and build, and a
+    note for each one skipped."""
+    try:
+        import lineax_dispatch.solvers as ours_module
+    except Exception as e:  # pragma: no cover - the package is being written
+        return [], {k: f"lineax_dispatch.solvers does not import: {e!r}" for k in keys}
+    pairs, skipped = [], {}
+    for key in keys:
+        needs = ("Normal", "CG") if PAIRS[key][0] == "Normal" else PAIRS[key][:1]
+        missing = [name for name in needs if not hasattr(ours_module, name)]
+        if missing:
+            skipped[key] = "lineax_dispatch.solvers has no " + ", ".join(missing)
+            continue
+        try:
+            make_solver(key, "ours", MAX_STEPS)
+        except Exception as e:
+            skipped[key] = f"{solver_name(key, 'ours')} cannot be built: {e!r}"
+            continue
+        pairs.append(key)
+    return pairs, skipped
+
+
+def build_operator(fn: Callable, n: int):
+    """`fn` as a plain lineax operator, SPD-tagged, `closure_convert=False`."""
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    return lx.FunctionLinearOperator(
+        fn, structure, lx.positive_semidefinite_tag, closure_convert=False
+    )
+
+
+def solve_body(solver) -> Callable:
+    """`(op, b) ->` the solve's (value, num_steps, result code)."""
+
+    def solve(op, b):
+        sol = lx.linear_solve(op, b, solver, throw=False)
+        return sol.value, sol.stats.get("num_steps", jnp.array(-1)), sol.result._value
+
+    return solve
+
+
+def result_name(index: int) -> str:
+    """The name of a lineax result code."""
+    try:
+        items = lx.RESULTS._name_to_item.items()
+        return {int(item._value): name for name, item in items}.get(index, str(index))
+    except Exception:  # pragma: no cover - equinox internals changed
+        return str(index)
+
+
+# ------------------------------------------------------------------ measure
+
+
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\S+?)(?:\{[^}]*\})?\s+([\w\-]+)\((.*)$"
 )
 
 
-DEFAULT_N = 1024
-DEFAULT_LAYERS = 32
-QUICK_N = 128
-QUICK_LAYERS = 4
-REPEATS = 3
-QUICK_REPEATS = 1
+def count_matmuls(compiled, n: int) -> int:
+    """`dot` instructions of the optimised HLO with an `n x n` operand (each copy of
+    `mv` in the program has `2 L` of them)."""
+    try:
+        text = compiled.as_text()
+    except Exception:  # pragma: no cover - backend without HLO text
+        return -1
+    shapes, dots = {}, []
+    for match in filter(None, map(_INSTRUCTION.match, text.splitlines())):
+        name, shape, opcode, rest = match.groups()
+        shapes[name] = shape
+        if opcode == "dot":
+            dots.append(re.findall(r"%[\w.\-]+", rest.split(")")[0]))
+    square = f"f32[{n},{n}]"
+    return sum(any(shapes.get(o) == square for o in operands) for operands in dots)
 
 
-# --------------------------------------------------------------------------------------
-# Main
+def measure(body: Callable, weights, scales, arg, n: int) -> tuple[dict, object]:
+    """Times `body(op, arg)` on a fresh operator, with its HLO matmul count."""
+    op = build_operator(harness.spd_function(weights, scales), n)
+    program, params, _ = harness.split_program(op, body)
+    timings, compiled, out = harness.time_program(program, params, arg, MIN_RUNS)
+    timings["matmuls_in_hlo"] = count_matmuls(compiled, n)
+    return timings, out
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--n", type=int, default=None, help=f"size (default {DEFAULT_N})"
+def measure_mv(weights, scales, n: int) -> dict:
+    """One bare `mv`."""
+    x = jax.random.normal(jax.random.key(SEED + 1), (n,), jnp.float32)
+    return measure(lambda op, x: op.mv(x), weights, scales, x, n)[0]
+
+
+def measure_solve(solver, weights, scales, b, n: int) -> tuple[dict, jax.Array]:
+    """One solve, with its steps and result."""
+    timings, (value, num_steps, result) = measure(
+        solve_body(solver), weights, scales, b, n
     )
+    timings["num_steps"] = int(num_steps)
+    timings["run_per_step_s"] = timings["run_s"] / max(int(num_steps), 1)
+    timings["result"] = result_name(int(result))
+    return timings, value
+
+
+def pick_median(trials: list[tuple[dict, object]]) -> tuple[dict, object]:
+    """The trial with the median compile total, with every trial's compile total
+    and run time added."""
+    timings, out = harness.median_trial(trials, "compile_total_s")
+    timings = dict(timings)
+    timings["compile_total_all_s"] = [t["compile_total_s"] for t, _ in trials]
+    timings["run_all_s"] = [t["run_s"] for t, _ in trials]
+    return timings, out
+
+
+def count_f_traces(solver, mv_only: bool = False) -> dict:
+    """Runs of the user's Python function while tracing / compiling and first
+    calling a solve (or one bare mv) on a small operator."""
+    weights, scales, _ = harness.spd_layers(COUNT_N, COUNT_LAYERS, SEED + 2)
+    spd = harness.spd_function(weights, scales)
+    counter = [0]
+
+    def counted(x):
+        counter[0] += 1
+        return spd(x)
+
+    op = build_operator(counted, COUNT_N)
+    b = jnp.ones((COUNT_N,), jnp.float32)
+    if mv_only:
+        f = lambda b: op.mv(b)  # noqa: E731
+    else:
+        f = lambda b: lx.linear_solve(op, b, solver, throw=False).value  # noqa: E731
+    trace, rest = harness.count_runs(f, b, counter)
+    return dict(trace=trace, compile_and_first_call=rest, total=trace + rest)
+
+
+def measure_pair(args, key: str, weights, scales, b, bare_mv: dict) -> dict:
+    """Both sides of a pair, alternating, `args.repeats` times."""
+    solvers = {side: make_solver(key, side, args.max_steps) for side in SIDES}
+    f_traces = {side: count_f_traces(solvers[side]) for side in SIDES}
+    trials = {side: [] for side in SIDES}
+    for _ in range(args.repeats):
+        for side in SIDES:
+            trials[side].append(
+                measure_solve(solvers[side], weights, scales, b, args.n)
+            )
+    names = {side: solver_name(key, side) for side in SIDES}
+    row = dict(
+        label=f"{names['lineax']}\nvs {names['ours']}",
+        lineax_solver=names["lineax"],
+        ours_solver=names["ours"],
+        layers=args.layers,
+    )
+    values = {}
+    for side in SIDES:
+        timings, values[side] = pick_median(trials[side])
+        ax = harness.spd_function(weights, scales)(values[side])
+        timings["f_traces"] = f_traces[side]
+        timings["relative_residual"] = harness.relative_error(ax, b)
+        timings["solver_repr"] = repr(solvers[side])
+        row[side] = timings
+    row["relative_difference_ours_vs_lineax"] = harness.relative_error(
+        values["ours"], values["lineax"]
+    )
+    add_ratios(row, bare_mv)
+    return row
+
+
+def run_all(args, pairs: list[str], weights, scales) -> tuple[dict, dict, dict]:
+    """The results per pair, the bare-mv reference and a note for each pair whose
+    measurement raised (the others are still measured)."""
+    b = jax.random.normal(jax.random.key(SEED + 3), (args.n,), jnp.float32)
+    measure_mv(weights, scales, args.n)  # warm-up, discarded
+    bare_mv, _ = pick_median(
+        [(measure_mv(weights, scales, args.n), None) for _ in range(args.repeats)]
+    )
+    bare_mv["f_traces"] = count_f_traces(None, mv_only=True)
+    print(
+        f"  bare mv        compile total {bare_mv['compile_total_s']:8.3f} s"
+        f"   run {bare_mv['run_s'] * 1e3:9.2f} ms   f traces "
+        f"{bare_mv['f_traces']['total']}",
+        flush=True,
+    )
+    results, failed = {}, {}
+    for key in pairs:
+        try:
+            results[key] = row = measure_pair(args, key, weights, scales, b, bare_mv)
+        except Exception as e:
+            failed[key] = f"{type(e).__name__}: {e}"
+            print(f"  {key:<9}FAILED: {failed[key]}", flush=True)
+            continue
+        for side, t in ((side, row[side]) for side in SIDES):
+            print(
+                f"  {key:<9}{side:<7}compile total {t['compile_total_s']:8.3f} s"
+                f"   run {t['run_s'] * 1e3:9.2f} ms   steps {t['num_steps']:>4}"
+                f"   {t['result']}   rel.resid {t['relative_residual']:.1e}"
+                f"   f traces {t['f_traces']['total']}",
+                flush=True,
+            )
+    return results, bare_mv, failed
+
+
+# ------------------------------------------------------------------ main
+
+
+def _solver_keys(text: str) -> tuple[str, ...]:
+    return tuple(k.strip().lower() for k in text.split(",") if k.strip())
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    """The command line; sizes left out take the defaults (or `--quick`'s)."""
+    parser = harness.parser(__doc__, FULL, QUICK)
+    parser.add_argument("--n", type=int, help=f"size (default {FULL['n']})")
     parser.add_argument(
         "--layers",
         type=int,
-        default=None,
-        help=f"layers of B (default {DEFAULT_LAYERS}; one mv is 2x this many matvecs)",
+        help=f"layers of B (default {FULL['layers']}; one mv is 2x this many matvecs)",
     )
     parser.add_argument(
         "--solvers",
-        type=lambda s: tuple(k.strip().lower() for k in s.split(",") if k.strip()),
+        type=_solver_keys,
         default=tuple(PAIRS),
         help="comma-separated pairs among " + ",".join(PAIRS) + " (default all)",
     )
     parser.add_argument(
         "--repeats",
         type=int,
-        default=None,
         help="fresh-operator repeats per solver, the median-compile one reported "
-        f"(default {REPEATS}; {QUICK_REPEATS} with --quick)",
+        f"(default {FULL['repeats']}; {QUICK['repeats']} with --quick)",
     )
     parser.add_argument(
         "--max-steps",
@@ -150,32 +357,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=MAX_STEPS,
         help=f"max_steps of every solver, both sides (default {MAX_STEPS})",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"n={QUICK_N}, layers={QUICK_LAYERS}, repeats={QUICK_REPEATS} unless "
-        "given",
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     args = parser.parse_args(argv)
     unknown = [k for k in args.solvers if k not in PAIRS]
     if unknown:
         parser.error(f"unknown solvers {unknown}; choose among {list(PAIRS)}")
-    n_default, layers_default, repeats_default = (
-        (QUICK_N, QUICK_LAYERS, QUICK_REPEATS)
-        if args.quick
-        else (DEFAULT_N, DEFAULT_LAYERS, REPEATS)
-    )
-    args.n = n_default if args.n is None else args.n
-    args.layers = layers_default if args.layers is None else args.layers
-    args.repeats = repeats_default if args.repeats is None else args.repeats
+    harness.fill_defaults(args, FULL, QUICK)
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Measure, print the tables, write `solvers.json` and `solvers.png`."""
     args = parse_args(argv)
     start = time.perf_counter()
-    env = _common.environment()
+    env = harness.environment()
     config = dict(
         n=args.n,
         layers=args.layers,
@@ -195,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             n=COUNT_N, layers=COUNT_LAYERS, closure_convert=False
         ),
     )
-    _common.print_setup(env, config)
+    harness.print_setup(env, config)
 
     pairs, skipped = available_pairs(args.solvers)
     for key, why in skipped.items():
@@ -203,8 +397,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not pairs:
         print("nothing to measure")
         return
-
-    weights, scales, factor = make_weights(args.n, args.layers)
+    weights, scales, factor = harness.spd_layers(args.n, args.layers)
     config["scale_factor_per_layer"] = factor
     results, bare_mv, failed = run_all(args, pairs, weights, scales)
     if not results:
@@ -231,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         acceptance=dict(criteria=ACCEPTANCE, results=accept),
         total_seconds=elapsed,
     )
-    _common.write_results(
+    harness.write_results(
         args.out, "solvers", payload, lambda path: plot(results, bare_mv, config, path)
     )
 

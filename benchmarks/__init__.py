@@ -1,0 +1,22 @@
+"""The benchmarks of lineax-dispatch, each run as `python -m benchmarks.NAME` from
+the repository root (`make bench` runs them all and rewrites `results/`):
+
+- `callsites`: compile and run time against the number of call sites, per policy;
+- `solvers`: lineax-dispatch's iterative solvers against lineax's;
+- `auto`: `Auto` under `lxd.jit` against the best fixed policy, over a grid;
+- `batch`: `lxd.batch_solve` with many right-hand sides, and its peak memory;
+- `program`: program-level dispatch (`lxd.jit` with `Roll` and `Auto`);
+- `autosolver`: `lxd.AutoSolver` against a factorisation and CG (Bratu, Newton).
+
+`harness` holds what they share: timing, the environment record, the operators
+built from dense layers, the command line, tables, plots and the results files.
+
+Importing the package sets `OPENBLAS_NUM_THREADS` to 1 (unless already set), so
+that it is set before any benchmark imports jax: OpenBLAS threads fight on a
+small, loaded machine.
+"""
+
+import os
+
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,0 +1,407 @@
+"""What the benchmarks share: the environment record, timing, the dense-layer
+operators, the command line, text tables, plots and the results files.
+
+Timing of a jitted program `f(params, arg)` (`time_program`), with the operator's
+arrays as `params` and its static part closed over, as `equinox.filter_jit` would
+split it (`split_program`):
+
+- trace: `jax.jit(f).trace(params, arg)`;
+- lower: `traced.lower()`;
+- compile: `lowered.compile()`;
+- first call: the first execution (`block_until_ready`); for dot-heavy code
+  XLA:CPU defers part of its compile work to it, and `Outline` compiles its callee
+  then;
+- run: the median of further executions, as many as fit in `RUN_BUDGET_S`, at
+  least `min_runs` and at most `MAX_RUNS`.
+
+"compile total" = trace + lower + compile + (first call - run).
+
+The dense-layer chain, the benchmarks' expensive matrix-free operator:
+`B x = s_L * (W_L @ (... s_1 * (W_1 @ x)))` with `L` dense `n x n` float32 layers
+`W_i ~ N(0, 1/n)` and per-layer elementwise scales `s_i ~ U(0.5, 1.5)` (so that
+XLA sees `L` separate matmuls), and its Gram map `x -> B^T (B x)` with the
+transpose applied by hand (`W_1^T (s_1 * ... W_L^T (s_L * y))`, each `W^T y`
+written `y @ W`: `w.T @ y` makes XLA:CPU copy the transposed matrix on every
+call). The functions take the arrays as arguments, so that a benchmark can wrap a
+new function object around them in an `eqx.Partial`: with `closure_convert=False`
+the arrays are then the operator's arrays (jit arguments, not HLO constants) and
+the new function makes the operator's static part new, so no cache of jax or
+equinox carries over between measurements.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jaxlib
+import lineax as lx
+
+import lineax_dispatch as lxd
+
+
+SEED = 0
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "docs" / "examples"
+# Steady-state timing: at least `min_runs` calls, more while under RUN_BUDGET_S.
+MAX_RUNS = 25
+RUN_BUDGET_S = 1.0
+# The SPD operator `SHIFT * x + B^T (B x)` of `spd_layers`.
+SHIFT = 0.02
+POWER_ITERATIONS = 30
+
+
+# ------------------------------------------------------------------ environment
+
+
+def environment(load_average: bool = False) -> dict:
+    """Versions, machine and jax backend; `load_average` adds `os.getloadavg()`."""
+    env = dict(
+        python=sys.version.split()[0],
+        jax=jax.__version__,
+        jaxlib=jaxlib.__version__,
+        lineax=getattr(lx, "__version__", "?"),
+        equinox=getattr(eqx, "__version__", "?"),
+        lineax_dispatch=lxd.__version__,
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpu_count=os.cpu_count(),
+    )
+    if load_average:
+        env["load_average"] = load_average_now()
+    env.update(
+        jax_backend=jax.default_backend(),
+        jax_devices=[str(d) for d in jax.devices()],
+        OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS"),
+    )
+    return env
+
+
+def load_average_now():
+    """`os.getloadavg()`, or None where the platform has none."""
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
+def print_setup(env: dict, config: dict) -> None:
+    """The environment and the configuration, one line each."""
+    print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    print("config: " + ", ".join(f"{k}={v}" for k, v in config.items()))
+
+
+def example(name: str):
+    """The worked example `docs/examples/<name>.py`, imported as module `name`
+    (the examples are scripts, not a package: loaded from their path)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES_DIR / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# ------------------------------------------------------------------ timing
+
+
+def timed(thunk: Callable):
+    """`(thunk(), seconds)`."""
+    start = time.perf_counter()
+    out = thunk()
+    return out, time.perf_counter() - start
+
+
+def call_times(call: Callable, count: int) -> list[float]:
+    """Wall times of `count` calls of `call()`, each waited for."""
+    return [timed(lambda: jax.block_until_ready(call()))[1] for _ in range(count)]
+
+
+def median_call_time(call: Callable, count: int) -> float:
+    """The median of `call_times(call, count)`."""
+    return statistics.median(call_times(call, count))
+
+
+def steady_run_time(
+    compiled, args, first_call_s: float, min_runs: int
+) -> tuple[float, int]:
+    """Median wall time of further calls; as many as fit RUN_BUDGET_S, within
+    [min_runs, MAX_RUNS]."""
+    (warm,) = call_times(lambda: compiled(*args), 1)
+    estimate = min(max(first_call_s, 1e-6), max(warm, 1e-6))
+    runs = int(min(MAX_RUNS, max(min_runs, RUN_BUDGET_S // estimate)))
+    times = [warm] + call_times(lambda: compiled(*args), runs - 1)
+    return statistics.median(times), runs
+
+
+def time_program(program: Callable, params, arg, min_runs: int):
+    """Times `jax.jit(program)` on `(params, arg)` (see the module docstring).
+    Returns `(timings, compiled, out)`, `out` the first call's output."""
+    f = jax.jit(program)
+    traced, trace_s = timed(lambda: f.trace(params, arg))
+    lowered, lower_s = timed(traced.lower)
+    compiled, compile_s = timed(lowered.compile)
+    out, first_s = timed(lambda: jax.block_until_ready(compiled(params, arg)))
+    run_s, runs = steady_run_time(compiled, (params, arg), first_s, min_runs)
+    first_extra_s = max(first_s - run_s, 0.0)
+    timings = dict(
+        trace_s=trace_s,
+        lower_s=lower_s,
+        compile_s=compile_s,
+        first_call_s=first_s,
+        first_call_extra_s=first_extra_s,
+        compile_total_s=trace_s + lower_s + compile_s + first_extra_s,
+        run_s=run_s,
+        runs=runs,
+    )
+    return timings, compiled, out
+
+
+def median_trial(trials: list[tuple[dict, object]], key: str) -> tuple[dict, object]:
+    """The `(timings, out)` trial with the median `timings[key]` (the lower median
+    for an even count)."""
+    ordered = sorted(trials, key=lambda t: t[0][key])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def relative_error(out, reference) -> float:
+    """`|out - reference| / |reference|`."""
+    return float(jnp.linalg.norm(out - reference) / jnp.linalg.norm(reference))
+
+
+def count_runs(f: Callable, arg, counter: list[int]) -> tuple[int, int]:
+    """Runs of a counted Python function (`counter[0]` counts them) while tracing
+    `jax.jit(f)` on `arg`, and while lowering, compiling and first calling it."""
+    jitted = jax.jit(f)
+    before = counter[0]
+    traced = jitted.trace(arg)
+    after_trace = counter[0]
+    jax.block_until_ready(traced.lower().compile()(arg))
+    return after_trace - before, counter[0] - after_trace
+
+
+def split_program(op, body: Callable) -> tuple[Callable, object, object]:
+    """`(f, params, static)` with `f(params, x) = body(op, x)`: the operator's
+    arrays are a jit argument and its static part (function, policy, tags) is
+    closed over, the split `equinox.filter_jit` makes. Closing over the arrays
+    would embed them as HLO constants and time their serialisation."""
+    params, static = eqx.partition(op, eqx.is_array)
+
+    def f(params, x):
+        return body(eqx.combine(params, static), x)
+
+    return f, params, static
+
+
+# ------------------------------------------------------------------ operators
+
+
+def random_layers(keys, n: int, layers: int) -> tuple[tuple, tuple]:
+    """`(weights, scales)`: `W_i` drawn with `keys[i]`, `s_i` with
+    `keys[layers + i]`."""
+    weights = tuple(
+        jax.random.normal(keys[i], (n, n), jnp.float32) / jnp.sqrt(n)
+        for i in range(layers)
+    )
+    scales = tuple(
+        jax.random.uniform(keys[layers + i], (n,), jnp.float32, 0.5, 1.5)
+        for i in range(layers)
+    )
+    return weights, scales
+
+
+def chain_layers(n: int, layers: int, seed: int = SEED) -> tuple[tuple, tuple]:
+    """The `(weights, scales)` of a chain of `layers` layers drawn from `seed`."""
+    keys = jax.random.split(jax.random.key(seed), 2 * layers)
+    return jax.block_until_ready(random_layers(keys, n, layers))
+
+
+def apply_chain(weights, scales, x):
+    """`B x`."""
+    for w, s in zip(weights, scales):
+        x = s * (w @ x)
+    return x
+
+
+def apply_gram(weights, scales, x):
+    """`B^T (B x)`."""
+    x = apply_chain(weights, scales, x)
+    for w, s in zip(reversed(weights), reversed(scales)):
+        x = (s * x) @ w
+    return x
+
+
+def power_iteration(apply: Callable, x, iterations: int):
+    """The Rayleigh quotient after `iterations` steps of power iteration from `x`
+    (a jax scalar; it underestimates the top eigenvalue)."""
+    lam = jnp.array(1.0, jnp.float32)
+    for _ in range(iterations):
+        x = x / jnp.linalg.norm(x)
+        y = apply(x)
+        lam = jnp.vdot(x, y)
+        x = y
+    return lam
+
+
+def top_eigenvalue(apply: Callable, n: int, key):
+    """`power_iteration` of `apply` from a normal vector drawn with `key`."""
+    x = jax.random.normal(key, (n,), jnp.float32)
+    return power_iteration(apply, x, POWER_ITERATIONS)
+
+
+def spd_layers(n: int, layers: int, seed: int = SEED):
+    """A chain's `(weights, scales, factor)`, the scales multiplied by a common
+    `factor` so that `B^T B` has its largest eigenvalue about 1: the spectrum of
+    `SHIFT * x + B^T (B x)` is then about `[SHIFT, 1 + SHIFT]`."""
+    keys = jax.random.split(jax.random.key(seed), 2 * layers + 1)
+    weights, scales = random_layers(keys, n, layers)
+    lam = top_eigenvalue(lambda x: apply_gram(weights, scales, x), n, keys[-1])
+    # Power iteration underestimates the top eigenvalue: leave a little room.
+    factor = float((1.05 * lam) ** (-1.0 / (2 * layers)))
+    scales = tuple(s * factor for s in scales)
+    return jax.block_until_ready((weights, scales)) + (factor,)
+
+
+def spd_function(weights, scales) -> Callable:
+    """A new function `x -> SHIFT * x + B^T (B x)` each call, as an `eqx.Partial`
+    whose arrays (the weights) are leaves."""
+
+    def spd(weights, scales, x):
+        return SHIFT * x + apply_gram(weights, scales, x)
+
+    return eqx.Partial(spd, weights, scales)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def parser(doc: str, full: dict, quick: dict) -> argparse.ArgumentParser:
+    """A parser described by the first paragraph of `doc`, with `--out` and
+    `--quick` (the values of `quick` for the arguments not given; the others
+    take `full`'s, see `fill_defaults`)."""
+    prog = f"python -m benchmarks.{Path(sys.argv[0]).stem}"
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    shown = ", ".join(
+        f"{k}={joined(v) if isinstance(v, tuple) else v}" for k, v in quick.items()
+    )
+    parser.add_argument("--quick", action="store_true", help=f"small sizes: {shown}")
+    return parser
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """`"1,4,16"` as `(1, 4, 16)`."""
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def joined(values: Sequence) -> str:
+    """`(1, 4, 16)` as `"1,4,16"`."""
+    return ",".join(map(str, values))
+
+
+def fill_defaults(args: argparse.Namespace, full: dict, quick: dict) -> None:
+    """Each argument of `full` left at None: its value in `quick` under
+    `--quick` (where it has one), else in `full`."""
+    for name, value in full.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick.get(name, value) if args.quick else value)
+
+
+# ------------------------------------------------------------------ tables
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A text table, each column as wide as its widest cell, the first column
+    left-aligned and the others right-aligned, a rule under the header."""
+    cells = [list(map(str, headers))] + [list(map(str, row)) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row):
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths))
+        )
+
+    lines = [line(row) for row in cells]
+    return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
+
+
+def column_table(columns: Sequence[tuple[str, Callable]], items: Sequence) -> str:
+    """`table` with a row per item, column `(header, cell)` showing `cell(item)`."""
+    headers = [header for header, _ in columns]
+    return table(headers, [[cell(item) for _, cell in columns] for item in items])
+
+
+def stage_columns() -> list[tuple[str, Callable]]:
+    """`column_table` columns of `time_program`'s stages and compile total."""
+    stages = (
+        ("trace", "trace_s"),
+        ("lower", "lower_s"),
+        ("compile", "compile_s"),
+        ("1st-extra", "first_call_extra_s"),
+        ("comp.total", "compile_total_s"),
+    )
+    return [(title, lambda t, key=key: f"{t[key]:.3f}s") for title, key in stages]
+
+
+def met(ok: bool) -> str:
+    """`"met"` or `"NOT met"`."""
+    return "met" if ok else "NOT met"
+
+
+# ------------------------------------------------------------------ plots, results
+
+
+def pyplot():
+    """`matplotlib.pyplot` with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plain_log_ticks(ax) -> None:
+    """Major ticks of a log y axis as plain numbers, minor ones unlabelled."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def jax_label() -> str:
+    """`jax <version> <backend>`."""
+    return f"jax {jax.__version__} {jax.default_backend()}"
+
+
+def openblas_label() -> str:
+    """`OPENBLAS_NUM_THREADS=<value>`."""
+    return f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+
+
+def save(fig, path: Path, dpi: int = 120, **tight_layout) -> None:
+    """`fig.tight_layout(**tight_layout)`, saved at `dpi`, then closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(**tight_layout)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def write_results(
+    out_dir: Path, name: str, payload: dict, plot: Callable[[Path], None]
+) -> None:
+    """`<out_dir>/<name>.json` (the payload) and `<out_dir>/<name>.png`
+    (`plot(path)`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
+    json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    plot(png_path)
+    print(f"wrote {json_path} and {png_path}")
