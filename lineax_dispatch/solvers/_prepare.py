@@ -7,9 +7,9 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
+from ..policies._decision import Decision
 from ..policies._marked import current_scope
 from ..policies._pinned import pinned
-from ..policies._decision import Decision
 from ..policies._registry import operator_key, record_solve
 from ..policies._shared_solves import solve_hint
 
