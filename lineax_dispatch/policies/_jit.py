@@ -182,11 +182,11 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     """A compile-aware `jax.jit`.
 
     For each new signature of its arguments, the returned function traces `fun`
-    ONCE to a program (a jaxpr) and reads it: every group of calls of one
-    computation (the `mv` of an operator kind with an [`lineax_dispatch.Auto`][]
-    or [`lineax_dispatch.Roll`][] policy, a `jax.jit` function of the user's with
-    a substantial body), its call sites counted exactly, with the executions of
-    enclosing loops. For each `Auto` group it decides from the program (the cost of
+    once to a program (a jaxpr; one exception below) and reads it: every group of
+    calls of one computation (the `mv` of an operator kind with an
+    [`lineax_dispatch.Auto`][] or [`lineax_dispatch.Roll`][] policy, a `jax.jit`
+    function of the user's with a substantial body), its call sites counted
+    exactly, with the executions of enclosing loops. For each `Auto` group it decides from the program (the cost of
     one `mv` read from the traced callee, no further trace), minimising compile
     time plus `runs` times the run time, and rewrites the program:
 
@@ -196,13 +196,18 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
         `lax.scan` body (the code between calls run as the branches of a
         `lax.switch`, steps equal up to literals sharing one);
     - `Materialise`: one matrix built before the first site, a matrix product at
-        each.
+        each;
+    - `Outline` (where rolling cannot reach: sites inside loop bodies, branches or
+        other calls): every site calls one separately compiled `mv`.
 
-    `Roll` operators and the user's repeated functions are rolled. The rewritten
-    program is compiled with `jax.jit` and replaces the traced one: the user's
-    function is not traced again, and the results are those of `jax.jit(fun)`.
-    Calls inside loop bodies stay inline. Operators with other fixed policies are
-    untouched.
+    `Roll` operators and the user's repeated functions are rolled; the code of a
+    rolled call that reads only what is the same at every site (an operator's
+    arrays) runs once, before the loop. k solves of one `Auto` operator with the
+    same arrays, from one line, are decided together (one matrix build serving
+    all where that is cheaper): the only case in which `fun` is traced twice. The
+    rewritten program is compiled with `jax.jit` and replaces the traced one: the
+    user's function is not traced again, and the results are those of
+    `jax.jit(fun)`. Operators with other fixed policies are untouched.
 
     **Arguments:**
 

@@ -16,6 +16,7 @@ from ._lazy import Lazy
 from ._marked import is_marked, MARKED_NAME
 from ._materialise import Materialise
 from ._observation import observe
+from ._outline import Outline
 from ._registry import AutoRecord, equation_site, Session
 from ._roll_plan import call_group
 from ._roll_policy import Roll
@@ -64,11 +65,12 @@ class Group:
 
 @dataclasses.dataclass
 class Action:
-    """What the rewrite does with a group's top-level sites: `"roll"` them (one
-    loop body, or one stacked call where they are independent) or `"materialise"`
-    (one matrix built before the first, a matrix product at each), with the
-    build's chunk of columns and the number of the call's inputs that are the
-    operator's arrays (the rest are the vector's leaves)."""
+    """What the rewrite does with a group's sites: `"roll"` its top-level sites (one
+    loop body, or one stacked call where they are independent), `"materialise"`
+    them (one matrix built before the first, a matrix product at each) or
+    `"outline"` every site, at any depth (one out-of-line `mv`); with the build's
+    chunk of columns and the number of the call's inputs that are the operator's
+    arrays (the rest are the vector's leaves)."""
 
     kind: str
     batch_size: int | None = None
@@ -214,6 +216,10 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
         allowed.add("Roll")
     if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
+    if group.nested and group.call_sites >= 2:
+        # Where rolling cannot reach (sites in loop bodies, branches, other
+        # calls): one out-of-line `mv` for all of them.
+        allowed.add("Outline")
     return _restrict(decision, allowed)
 
 
@@ -255,13 +261,13 @@ def plan_program(
             sites = tuple(equation_site(e) for e in group.equations(jaxpr))
             autos.append(AutoGroup(record, group, decision, sites))
             policy = decision.policy
+            arrays = len(group.callee.jaxpr.invars) - _vector_leaves(record.operator)
             if isinstance(policy, Roll):
                 actions[key] = Action("roll")
             elif isinstance(policy, Materialise):
-                arrays = len(group.callee.jaxpr.invars) - _vector_leaves(
-                    record.operator
-                )
                 actions[key] = Action("materialise", policy.batch_size, arrays)
+            elif isinstance(policy, Outline):
+                actions[key] = Action("outline", arrays=arrays)
         elif len(group.sites) < 2:
             continue
         elif group.name == MARKED_NAME:

@@ -1,16 +1,19 @@
 """The program rewrite of `lxd.jit`: apply each group's action (see `_program.py`)
 to the traced program: roll or stack its top-level call sites (`_roll.py`,
-`_stack.py`), or share one matrix between them (`_program_materialise.py`)."""
+`_stack.py`), share one matrix between them (`_program_materialise.py`), or call
+one out-of-line `mv` from every site (`_program_outline.py`)."""
 
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
+from ._program_outline import outline_group
 from ._roll import rolled_function
 from ._roll_plan import plan_roll
 from ._stack import plan_stack, stacked_function
@@ -20,6 +23,8 @@ def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
     """The program with `action` applied to the calls at `sites`, or `None` where
     it cannot be (the calls' inputs or the code between them do not allow it)."""
     jaxpr = closed.jaxpr
+    if action.kind == "outline":
+        return None  # done before the other groups (see `rewrite_program`)
     if action.kind == "materialise":
         return materialised_function(closed, sites, action.arrays, action.batch_size)
     if len(sites) < 2:
@@ -51,6 +56,14 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
     done: set = set()
+    groups = find_groups(closed.jaxpr)
+    for key, action in actions.items():
+        if action.kind == "outline" and key in groups:
+            # Every site, at any depth, through one out-of-line call; the
+            # equations stay where they are (a group rolled below is another's).
+            closed = outline_group(closed, groups[key].callee, action.arrays)
+            run = jex.jaxpr_as_fun(closed)
+            done.add(key)
     while True:
         pending = [
             (key, group.sites)

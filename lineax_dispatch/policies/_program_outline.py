@@ -1,0 +1,99 @@
+"""Outline across a program: the call sites of an operator's `mv` that rolling cannot
+reach (in loop bodies, branches, other calls) call ONE separately compiled `mv`
+(`equinox.internal.noinline`, as the `Outline` policy does), however deep they
+are. Each site's equation keeps its inputs and outputs; only its callee changes."""
+
+from typing import Any
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.extend.core as jex
+
+from ._outline import _AbstractMv
+
+
+class _JaxprMv(eqx.Module):
+    """A marked call's callee as a function of the vector's leaves, its operator
+    arrays held (as the `Outline` policy's `mv` holds its operator)."""
+
+    arrays: tuple
+    callee: Any = eqx.field(static=True)
+
+    def __call__(self, vector: tuple) -> tuple:
+        return tuple(jex.jaxpr_as_fun(self.callee)(*self.arrays, *vector))
+
+
+def outlined_callee(callee: Any, arrays: int) -> Any:
+    """A callee doing what `callee` does through one out-of-line call.
+
+    **Arguments:**
+
+    - `callee`: a marked call's callee, a `ClosedJaxpr` of the operator's arrays
+        and the vector's leaves.
+    - `arrays`: how many of its inputs are the operator's arrays.
+
+    **Returns:**
+
+    A `ClosedJaxpr` with the same inputs and outputs.
+    """
+    structure = tuple(
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.outvars
+    )
+    abstract = _AbstractMv(structure)
+
+    def outlined(*flat):
+        mv = _JaxprMv(tuple(flat[:arrays]), callee)
+        return list(eqxi.noinline(mv, abstract)(tuple(flat[arrays:])))
+
+    specs = [
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.invars
+    ]
+    return jax.make_jaxpr(outlined)(*specs)
+
+
+def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
+    """`jaxpr` with every `jit` call of `old` (at any depth) calling `new`."""
+    eqns = []
+    changed = False
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "jit" and eqn.params["jaxpr"] is old:
+            eqn = eqn.replace(params={**eqn.params, "jaxpr": new})
+            changed = True
+        else:
+            params = {k: _in_param(v, old, new) for k, v in eqn.params.items()}
+            if any(params[k] is not v for k, v in eqn.params.items()):
+                eqn = eqn.replace(params=params)
+                changed = True
+        eqns.append(eqn)
+    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+def _in_param(value: Any, old: Any, new: Any) -> Any:
+    if isinstance(value, jex.ClosedJaxpr):
+        inner = _substitute(value.jaxpr, old, new)
+        return value if inner is value.jaxpr else jex.ClosedJaxpr(inner, value.consts)
+    if isinstance(value, jex.Jaxpr):
+        return _substitute(value, old, new)
+    if isinstance(value, tuple):
+        items = tuple(_in_param(v, old, new) for v in value)
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
+
+
+def outline_group(closed: Any, callee: Any, arrays: int) -> Any:
+    """`closed` (a `ClosedJaxpr`) with every call of `callee`, at any depth, made
+    through one out-of-line call.
+
+    **Arguments:**
+
+    - `closed`: the program.
+    - `callee`: the calls' callee (the group's).
+    - `arrays`: how many of its inputs are the operator's arrays.
+
+    **Returns:**
+
+    The rewritten program, a `ClosedJaxpr`.
+    """
+    new = outlined_callee(callee, arrays)
+    return jex.ClosedJaxpr(_substitute(closed.jaxpr, callee, new), closed.consts)

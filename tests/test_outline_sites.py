@@ -1,0 +1,81 @@
+"""`lxd.jit` outlines an `Auto` operator's `mv` where rolling cannot reach (sites in
+loop bodies): every site calls one separately compiled `mv`; the results are
+`jax.jit`'s under jit, grad, jvp and vmap."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+
+N = 6
+_W = jnp.eye(N) + 0.1 * jnp.arange(N * N, dtype=jnp.float64).reshape(N, N) / N**2
+
+
+def _operator(policy, counter):
+    def fn(x):
+        counter.append(1)
+        return _W @ x + 0.5 * x
+
+    structure = jax.ShapeDtypeStruct((N,), jnp.float64)
+    return lxd.FunctionLinearOperator(fn, structure, policy=policy)
+
+
+def _program(op):
+    def f(x):
+        def body(c, _):
+            return op.mv(c) * 0.5, None
+
+        y, _ = jax.lax.scan(body, x, None, length=3)
+        z = jax.lax.fori_loop(0, 2, lambda i, c: op.mv(c) + i, y)
+        return jax.lax.cond(z[0] > 0, lambda: op.mv(z), lambda: -z)
+
+    return f
+
+
+def _close(a, b):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
+
+
+# Compiling a dot product made dear: one out-of-line copy beats three inline.
+_OUTLINE_MODEL = lxd.CostModel(compile_per_dot=10.0)
+
+
+@pytest.mark.parametrize("runs", [1])
+def test_sites_in_loop_bodies_share_one_outlined_mv(runs):
+    counter = []
+    op = _operator(lxd.Auto(runs=runs, cost_model=_OUTLINE_MODEL), counter)
+    reference = _program(_operator(lxd.Lazy(), []))
+    f = _program(op)
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(f)
+    with jax.checking_leaks():
+        _close(compiled(x), jax.jit(reference)(x))
+    assert len(counter) == 1  # traced once, for all three sites
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Outline"
+    # The operator's dot product is out of line: none in the program itself.
+    assert compiled.lower(x).compile().as_text().count(" dot(") == 0
+    assert jax.jit(reference).lower(x).compile().as_text().count(" dot(") == 3
+    loss = lambda x: jnp.sum(f(x) ** 2)
+    reference_loss = lambda x: jnp.sum(reference(x) ** 2)
+    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(reference_loss))(x))
+    _close(lxd.jit(jax.grad(loss))(x), jax.jit(jax.grad(reference_loss))(x))
+    _close(
+        jax.jvp(lxd.jit(f), (x,), (jnp.cos(x),)),
+        jax.jvp(jax.jit(reference), (x,), (jnp.cos(x),)),
+    )
+    xs = jnp.stack([x, -x, 2 * x])
+    _close(jax.vmap(lxd.jit(f))(xs), jax.jit(jax.vmap(reference))(xs))
+
+
+def test_default_model_keeps_cheap_loop_body_sites_inline():
+    op = _operator(lxd.Auto(), [])
+    compiled = lxd.jit(_program(op))
+    x = jnp.linspace(0.1, 1.0, N)
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Lazy"
+    assert compiled.lower(x).compile().as_text().count(" dot(") == 3
