@@ -1,4 +1,4 @@
-"""The report of `solvers` (its companion: the benchmark alone would be some 600
+"""The report of `solvers` (its companion: the benchmark alone would be some 580
 lines): per pair, the ratios of ours over lineax, the acceptance criteria, the
 text tables and the plot."""
 
@@ -170,7 +170,7 @@ def plot(results: dict, bare_mv: dict, config: dict, path) -> None:
         f"SPD {config['layers']}-layer (x2) n={config['n']} float32 "
         f"FunctionLinearOperator, rtol=atol={config['rtol']:g}, "
         f"max_steps={config['max_steps']}\n"
-        f"{harness.jax_label()}, {harness.openblas_label()}",
+        f"{harness.jax_label(openblas=True)}",
         fontsize=10,
     )
     harness.save(fig, path, rect=(0, 0.03, 1, 1))

@@ -48,9 +48,10 @@ policy of lineax-dispatch, under plain lineax, and under `Auto`:
   - `Lazy`, `Outline`, `Materialise`: `lxd.FunctionLinearOperator` with the fixed
     policy `lxd.Lazy()`, `lxd.Outline()`, `lxd.Materialise(batch_size=128)`,
     compiled with `jax.jit`; `Roll`: with `lxd.Roll()`, compiled with `lxd.jit`
-    (which rolls its sites, and repeated solves, into one loop body). `Materialise` is skipped where the matrix would exceed
-    1 GiB (recorded; it never does in the default grid). `VmapBatch`/`Scan` equal
-    `Lazy` for single vectors and are not run.
+    (which rolls its sites, and repeated solves, into one loop body).
+    `Materialise` is skipped where the matrix would exceed 1 GiB (recorded; it
+    never does in the default grid). `VmapBatch`/`Scan` equal `Lazy` for single
+    vectors and are not run.
   - `lineax`: plain `lx.FunctionLinearOperator` with `jax.jit`, the reference
     (for solves with lineax's own `lx.CG(rtol=1e-5, atol=1e-5, max_steps=200)`,
     i.e. no lineax-dispatch at all).
@@ -58,42 +59,35 @@ policy of lineax-dispatch, under plain lineax, and under `Auto`:
     (runs=100) and `policy=lxd.Auto(runs=1)`, compiled with `lxd.jit`, which traces
     the program once, reads each operator's call sites and the cost of its `mv`
     from the traced program, decides and rewrites it: all of that is in Auto's
-    time. For "mv" the
-    decision is `jitted.decisions(params, x)`; for "solve" the decision is made
+    time. For "mv" the decision is `jitted.decisions(params, x)`; for "solve" it is
+    made
     inside `CG.prepare` (once per solve, as one call site run the solver's
     expected number of iterations), and the strategy reported is what
     `solver.prepare(op)` returns (evaluated with `eqx.filter_eval_shape`, after the
     timing), with the reasons from `op.policy.decision(op, call_sites=1,
     executions=expected_iterations(200, n))`, the call `prepare` makes.
 
-How the operator reaches the compiled program. Each measurement builds a fresh
-operator whose function is `eqx.Partial(new_function_object, *arrays)` with
-`closure_convert=False`: the arrays (matrix, weights, scales) are leaves of the
-operator, and the Python function is new each time, so the operator's key (and
-with it Auto's history and cost cache, equinox's cache of `Outline`'s callee and
-jax's tracing caches) is new and nothing carries over between variants. The
-operator is split `eqx.partition(op, eqx.is_array)`: its arrays are an *argument*
-of the jitted function, the rest (function, policy, tags) is closed over, as
-`equinox.filter_jit` splits it (`lxd.jit` has `jax.jit` semantics, so the
-operator itself, which holds a Python function, cannot be an argument). Closing
-over the arrays instead can make them HLO constants (with lineax's default
-`closure_convert=True`, whether the closed-over arrays stay operator leaves or
-become literals of the closure-converted jaxpr depends on jax's
-`jax_use_simplified_jaxpr_constants` setting); compiling 128 MiB of constants
-adds about a second to every program, for every variant alike, which is not what
-is compared here.
+How the operator reaches the compiled program (as in `harness`): each measurement
+builds a fresh operator, its function `eqx.Partial(new_function_object, *arrays)`
+with `closure_convert=False`, so that its key is new (and with it Auto's history
+and cost cache, equinox's cache of `Outline`'s callee and jax's tracing caches:
+nothing carries over between variants); `harness.split_program` makes its arrays
+(matrix, weights, scales) an *argument* of the jitted function and closes over the
+rest (`lxd.jit` has `jax.jit` semantics: the operator, which holds a Python
+function, cannot be an argument). Closing over the arrays instead can make them
+HLO constants (with lineax's default `closure_convert=True`, whether the
+closed-over arrays stay operator leaves or become literals of the
+closure-converted jaxpr depends on jax's `jax_use_simplified_jaxpr_constants`
+setting); compiling 128 MiB of constants adds about a second to every program, for
+every variant alike, which is not what is compared here.
 
-Timing, per (case, variant), with a fresh operator:
-
-- trace: `jax.jit(f).trace(params, x)`. For `lxd.jit` variants:
-  `jitted.decisions(params, x)` (the one trace, the analysis and the rewrite);
-- lower: `traced.lower()`. For `lxd.jit` variants: `jitted.lower(params, x)` (the
-  lowering of the rewritten program);
-- compile: `lowered.compile()`;
-- first call: the first execution (`block_until_ready`). It includes compiling
-  `Outline`'s callee, and the work XLA:CPU defers to the first execution;
-- run: the median of up to 5 further executions, as many as fit in 1 s (one for
-  a program that runs longer).
+Timing, per (case, variant), with a fresh operator: the stages of `harness`
+(trace, lower, compile, first call: `harness.compile_stages`), except that for
+`lxd.jit` variants trace is `jitted.decisions(params, x)` (the one trace, the
+analysis and the rewrite) and lower is `jitted.lower(params, x)` (the lowering of
+the rewritten program); the first call includes compiling `Outline`'s callee and
+the work XLA:CPU defers to it. Run: the median of up to 5 further executions, as
+many as fit in 1 s (one for a program that runs longer).
 
 "compile total" = trace + lower + compile + first call - one run, i.e. compile
 with the first call's extra; the score at `runs` is compile total + `runs` x run.
@@ -146,184 +140,253 @@ How to run
 Results: `auto.json` and `auto.png` in `benchmarks/results/` (`--out` to change
 the folder).
 
-Code: this file (command line and main), `_auto_grid.py` (constants, operators,
-programs), `_auto_measure.py` (timing, skipping, the call-site measurement),
-`_auto_report.py` (table, summary, plot); shared: `harness.py`. (Some 1,100 lines
-in all: one file, or one with a single companion, would be far over 400 lines.)
+Code: `_auto_cases.py` (constants, cases, measurement), this file (report, command
+line, main), `harness.py` (what the benchmarks share).
 """
 
-import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from statistics import median
 
-from benchmarks import harness
-from benchmarks._auto_grid import (
-    ATOL,
-    KINDS,
-    layers_for,
-    MATERIALISE_BATCH,
-    MATERIALISE_CAP_BYTES,
-    MAX_STEPS,
-    RHS_SCALE,
-    RTOL,
-    SHIFT,
-    WEIGHT_CAP_BYTES,
-    WORKLOADS,
-)
-from benchmarks._auto_measure import (
-    run_grid,
-    sites_check,
-    SKIP_FACTOR,
-    SKIP_MARGIN,
-    warm_up,
-)
-from benchmarks._auto_report import format_results, plot, summarise, worst_cases
-from benchmarks.harness import SEED
+from benchmarks import _auto_cases as cases, harness
+from benchmarks._auto_cases import BASELINE, label, SCORES, VARIANTS
 
 
 FULL = dict(n=(64, 256, 1024, 4096), sites=(1, 4, 16), layers=32)
 QUICK = dict(n=(64, 256), sites=(1, 4), layers=4)
-# The separate call-site measurement.
+# The separate call-site measurement (`--quick`: its layers follow `--layers`).
 SITES_CHECK = dict(n=1024, layers=32, sites=(1, 16))
 QUICK_SITES_CHECK = dict(n=256, layers=4, sites=(1, 16))
+# Auto / best (median, worst); Auto / plain lineax where plain lineax is the best;
+# compile total at the last k over the first in the call-site measurement.
+TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX, TARGET_SITES = 1.05, 1.5, 1.05, 1.15
+
+
+# ------------------------------------------------------------------ report
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Per score: median and worst Auto / best, and Auto / lineax where plain
+    lineax is the best."""
+    out = {}
+    for key in map(str, SCORES):
+        scores = [r["scores"][key] for r in rows]
+        ratios = [s["auto_over_best"] for s in scores]
+        worst = max(range(len(rows)), key=lambda i: ratios[i])
+        lineax_best = [s["auto_over_lineax"] for s in scores if s["best"] == BASELINE]
+        out[key] = dict(
+            cases=len(rows),
+            median_auto_over_best=median(ratios),
+            worst_auto_over_best=ratios[worst],
+            worst_case=label(rows[worst]),
+            auto_picked_best=sum(s["auto_picked_best"] for s in scores),
+            median_lineax_over_best=median([s["lineax_over_best"] for s in scores]),
+            lineax_best_cases=len(lineax_best),
+            worst_auto_over_lineax_where_lineax_best=max(lineax_best, default=None),
+            median_target=TARGET_MEDIAN,
+            worst_target=TARGET_WORST,
+            lineax_target=TARGET_LINEAX,
+            median_met=bool(median(ratios) <= TARGET_MEDIAN),
+            worst_met=bool(ratios[worst] <= TARGET_WORST),
+            lineax_met=bool(max(lineax_best, default=0.0) <= TARGET_LINEAX),
+        )
+    return out
+
+
+def format_table(rows: list[dict], key: str) -> str:
+    """Per case: each variant's score (`skip` where not measured), the best, what
+    Auto chose, Auto / best and lineax / best (`*`: Auto did not pick the best)."""
+
+    def cells(r):
+        s, mark = r["scores"][key], "" if r["scores"][key]["auto_picked_best"] else " *"
+        totals = [
+            f"{s['totals'][v]:.3f}s" if v in s["totals"] else "skip" for v in VARIANTS
+        ]
+        return [r["kind"], r["workload"], r["n"], r["layers"], r["k"], *totals,
+                s["best"], s["auto_choice"], f"{s['auto_over_best']:.2f}x",
+                f"{s['lineax_over_best']:.2f}x{mark}"]  # fmt: skip
+
+    headers = ["kind", "work", "n", "L", "k", *VARIANTS, "best", "Auto chose"]
+    headers += ["Auto/best", "lineax/best"]
+    return harness.table(headers, [cells(r) for r in rows])
+
+
+def format_results(rows: list[dict], summary: dict, check: dict | None) -> str:
+    """The tables, the skipped measurements, Auto / best over the grid and the
+    call-site ratio."""
+    lines = []
+    for runs in SCORES:
+        sm, met = summary[str(runs)], lambda key: harness.met(sm[key])
+        lines += [
+            f"\nscore = compile (with the first call's extra) + {runs} x run, seconds; "
+            f"Auto is Auto(runs={runs}); * = Auto did not pick the best",
+            format_table(rows, str(runs)),
+            f"runs={runs}: Auto / best over {sm['cases']} cases: median "
+            f"{sm['median_auto_over_best']:.2f}x (target <= {TARGET_MEDIAN}: "
+            f"{met('median_met')}), worst {sm['worst_auto_over_best']:.2f}x at "
+            f"{sm['worst_case']} (target <= {TARGET_WORST}: {met('worst_met')}); "
+            f"Auto picked the best in {sm['auto_picked_best']} of {sm['cases']}; where "
+            f"plain lineax is the best ({sm['lineax_best_cases']} cases) Auto / lineax "
+            f"at worst {sm['worst_auto_over_lineax_where_lineax_best'] or 0:.2f}x "
+            f"(target <= {TARGET_LINEAX}: {met('lineax_met')})",
+        ]
+    skipped = [
+        f"  {label(r)} {v}: {why}" for r in rows for v, why in r["skipped"].items()
+    ]
+    lines += ["\nskipped:"] + skipped if skipped else []
+    if check is not None:
+        first, last = check["sites"][0], check["sites"][-1]
+        auto = check["Auto"]
+        chose = ", ".join(
+            f"k={k}: {t['choice']['strategy']}" for k, t in auto["results"].items()
+        )
+        lines.append(
+            f"call sites (expensive mv, n={check['n']}, L={check['layers']}): compile "
+            f"total k={last} / k={first}: Auto {auto['ratio']:.2f}x (target <= "
+            f"{TARGET_SITES}: {harness.met(check['met'])}; chose {chose}), plain "
+            f"lineax {check[BASELINE]['ratio']:.2f}x"
+        )
+    return "\n".join(lines)
+
+
+COLOURS = dict(
+    Lazy="tab:blue", Outline="tab:orange", Materialise="tab:green", Roll="tab:purple"
+)
+
+
+def panel(ax, rows: list[dict], summary: dict, runs: int) -> None:
+    """Auto / best per case at one score, coloured by what Auto chose."""
+    key, seen = str(runs), set()
+    ratios = [r["scores"][key]["auto_over_best"] for r in rows]
+    for i, r in enumerate(rows):
+        s = r["scores"][key]
+        name = f"Auto chose {s['auto_choice']} ({r['workload']})"
+        colour, y = COLOURS.get(s["auto_choice"], "tab:gray"), s["auto_over_best"]
+        style = dict(marker=dict(mv="o", solve="s")[r["workload"]], zorder=3)
+        style.update(edgecolors="none" if s["auto_picked_best"] else "black")
+        ax.scatter(i, y, 40, colour, label=None if name in seen else name, **style)
+        seen.add(name)
+    for target, colour, what in (
+        (TARGET_MEDIAN, "tab:purple", "median"),
+        (TARGET_WORST, "tab:red", "worst"),
+    ):
+        ax.axhline(target, color=colour, ls="--", lw=1, label=f"{target:g} ({what})")
+    ax.axhline(1.0, color="black", lw=0.6)
+    ticks = [f"{r['kind'][0]}/{r['workload']} {r['n']} k{r['k']}" for r in rows]
+    ax.set_xticks(range(len(rows)), ticks, rotation=90, fontsize=6)
+    ax.set_yscale("log")
+    harness.plain_log_ticks(ax)
+    low, high = min(ratios + [1.0]) / 1.1, max(ratios + [TARGET_WORST]) * 2.2
+    ax.set_ylim(low, high)  # head room for the legend
+    ax.set_yticks(
+        [t for t in (0.5, 0.75, 1, 1.05, 1.5, 2, 3, 5, 10, 20) if low <= t <= high]
+    )
+    ax.set_ylabel(f"Auto / best, compile + {runs} x run")
+    sm = summary[key]
+    ax.set_title(
+        f"runs={runs}: median {sm['median_auto_over_best']:.2f}, worst "
+        f"{sm['worst_auto_over_best']:.2f} (black edge: not the best)",
+        fontsize=9,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, ncol=3, loc="upper left")
+
+
+def plot(rows: list[dict], summary: dict, check: dict | None, config: dict, path):
+    """Auto / best at each score, and the call-site ratio (Auto and plain lineax)."""
+    plt = harness.pyplot()
+    widths = dict(width_ratios=(3, 3, 1))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw=widths)
+    for ax, runs in zip(axes[:2], SCORES):
+        panel(ax, rows, summary, runs)
+    right = axes[2]
+    if check is None:
+        right.axis("off")
+    else:
+        values = [check[v]["ratio"] for v in (BASELINE, "Auto")]
+        right.bar([BASELINE, "Auto"], values, color=["tab:gray", "tab:blue"])
+        target = f"{TARGET_SITES} target"
+        right.axhline(TARGET_SITES, color="tab:red", ls="--", lw=1, label=target)
+        right.set_title(
+            f"compile total k={check['sites'][-1]} / k={check['sites'][0]}\n"
+            f"expensive mv, n={check['n']}, L={check['layers']}",
+            fontsize=9,
+        )
+        right.legend(fontsize=7)
+        right.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(
+        f"lxd.jit + Auto vs fixed policies and plain lineax; {harness.jax_label()}, "
+        f"layers<={config['layers']}",
+        fontsize=10,
+    )
+    harness.save(fig, path)
 
 
 # ------------------------------------------------------------------ main
 
 
-def _name_list(choices: Sequence[str]) -> Callable:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(v for v in text.split(",") if v)
-        bad = [v for v in names if v not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {choices}")
-        return names
-
-    return parse
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None):
     """The command line; sizes left out take the defaults (or `--quick`'s)."""
     parser = harness.parser(__doc__, FULL, QUICK)
-    parser.add_argument(
-        "--n",
-        type=harness.int_list,
-        help=f"comma-separated sizes (default {harness.joined(FULL['n'])})",
-    )
-    parser.add_argument(
-        "--sites",
-        type=harness.int_list,
-        help="comma-separated call-site counts (default "
-        f"{harness.joined(FULL['sites'])})",
-    )
-    parser.add_argument(
-        "--layers",
-        type=int,
-        help=f"layers of the expensive operator (default {FULL['layers']}; fewer "
-        "where the weights would exceed 256 MiB)",
-    )
-    parser.add_argument(
-        "--kinds", type=_name_list(KINDS), default=KINDS, help="cheap,expensive"
-    )
-    parser.add_argument(
-        "--workloads", type=_name_list(WORKLOADS), default=WORKLOADS, help="mv,solve"
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="fresh-operator repeats per (case, variant), the median total kept "
-        "(default 1)",
-    )
-    parser.add_argument(
-        "--no-sites-check",
-        action="store_true",
-        help="skip the separate k=16 / k=1 compile measurement",
-    )
+    add, names = parser.add_argument, harness.name_list
+    add("--n", type=harness.int_list, help="comma-separated sizes (default "
+        f"{harness.joined(FULL['n'])})")  # fmt: skip
+    add("--sites", type=harness.int_list, help="comma-separated call-site counts "
+        f"(default {harness.joined(FULL['sites'])})")  # fmt: skip
+    add("--layers", type=int, help=f"layers of the expensive operator (default "
+        f"{FULL['layers']}; fewer where the weights would exceed 256 MiB)")  # fmt: skip
+    add("--kinds", type=names(cases.KINDS), default=cases.KINDS, help="cheap,expensive")
+    add("--workloads", type=names(cases.WORKLOADS), default=cases.WORKLOADS,
+        help="mv,solve")  # fmt: skip
+    add("--repeats", type=int, default=1, help="fresh-operator repeats per (case, "
+        "variant), the median total kept (default 1)")  # fmt: skip
+    add("--no-sites-check", action="store_true",
+        help="skip the separate k=16 / k=1 compile measurement")  # fmt: skip
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
-    args.n = tuple(sorted(set(args.n)))
-    args.sites = tuple(sorted(set(args.sites)))
-    args.sites_check = (
-        None
-        if args.no_sites_check
-        else dict(QUICK_SITES_CHECK if args.quick else SITES_CHECK)
-    )
-    if args.sites_check is not None and args.quick and args.layers != QUICK["layers"]:
-        args.sites_check["layers"] = args.layers
+    args.n, args.sites = tuple(sorted(set(args.n))), tuple(sorted(set(args.sites)))
+    args.sites_check = None
+    if not args.no_sites_check:
+        args.sites_check = dict(QUICK_SITES_CHECK if args.quick else SITES_CHECK)
+        if args.quick and args.layers != QUICK["layers"]:
+            args.sites_check["layers"] = args.layers
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Warm up, measure the grid and the call sites, print the tables, write
+    `auto.json` and `auto.png`."""
     args = parse_args(argv)
     start = time.perf_counter()
     env = harness.environment(load_average=True)
-    config = dict(
-        kinds=list(args.kinds),
-        workloads=list(args.workloads),
-        n=list(args.n),
-        sites=list(args.sites),
-        layers=args.layers,
-        layers_per_n={n: layers_for(n, args.layers) for n in args.n},
-        weight_cap_bytes=WEIGHT_CAP_BYTES,
-        materialise_batch_size=MATERIALISE_BATCH,
-        materialise_cap_bytes=MATERIALISE_CAP_BYTES,
-        solver=f"lxd.CG(rtol={RTOL}, atol={ATOL}, max_steps={MAX_STEPS}) "
-        f"(lineax reference: lx.CG, same arguments)",
-        shift=SHIFT,
-        rhs_scale=RHS_SCALE,
-        repeats=args.repeats,
-        dtype="float32",
-        closure_convert=False,
-        operator_arrays="jit argument (eqx.partition), static part closed over",
-        skip_rule=dict(factor=SKIP_FACTOR, margin=SKIP_MARGIN),
-        seed=SEED,
-        sites_check=args.sites_check,
-    )
+    config = cases.config(args)
     harness.print_setup(env, config)
-    capped = {
-        n: layers
-        for n, layers in config["layers_per_n"].items()
-        if layers < args.layers
-    }
+    capped = {n: L for n, L in config["layers_per_n"].items() if L < args.layers}
     if "expensive" in args.kinds and capped:
-        print(
-            "expensive operator: fewer layers where the weights would exceed "
-            f"{WEIGHT_CAP_BYTES // 2**20} MiB: "
-            + ", ".join(f"n={n}: L={layers}" for n, layers in capped.items())
-        )
-
-    warm_up()
+        which = ", ".join(f"n={n}: L={layers}" for n, layers in capped.items())
+        cap = f"{cases.WEIGHT_CAP_BYTES // 2**20} MiB"
+        print(f"expensive operator: fewer layers where the weights would exceed {cap}: "
+              + which)  # fmt: skip
+    cases.warm_up()
     print(f"warm-up done ({time.perf_counter() - start:.1f} s)", flush=True)
-
-    rows = run_grid(
-        args.kinds, args.n, args.workloads, args.sites, args.layers, args.repeats
-    )
-
+    rows = cases.run_grid(args)
     check = None
     if args.sites_check is not None:
         print("  separate call-site measurement", flush=True)
-        check = sites_check(args.sites_check, args.repeats)
-
+        check = cases.sites_check(**args.sites_check, repeats=args.repeats)
+        check.update(target=TARGET_SITES, met=check["Auto"]["ratio"] <= TARGET_SITES)
     summary = summarise(rows)
     elapsed = time.perf_counter() - start
     env["load_average_end"] = harness.load_average_now()
-
     print(format_results(rows, summary, check))
     print(
         f"total benchmark time: {elapsed:.1f} s; load average at start "
         f"{env['load_average']}, at end {env['load_average_end']}"
     )
-
     payload = dict(
-        environment=env,
-        config=config,
-        cases=rows,
-        summary=summary,
-        worst_cases=worst_cases(rows),
-        sites_check=check,
-        total_seconds=elapsed,
-    )
+        environment=env, config=config, cases=rows, summary=summary,
+        worst_cases=cases.worst_cases(rows), sites_check=check, total_seconds=elapsed,
+    )  # fmt: skip
     harness.write_results(
         args.out, "auto", payload, lambda path: plot(rows, summary, check, config, path)
     )

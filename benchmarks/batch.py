@@ -116,17 +116,11 @@ def dense_part(n: int, batches: Sequence[int], runs: int) -> list[dict]:
         t_loop = median_time(lambda: [single(a, c) for c in cols], max(3, runs // 3))
         x = batched(a, bs)
         residual = float(jnp.linalg.norm(x @ a.T - bs) / jnp.linalg.norm(bs))
-        rows.append(
-            dict(
-                batch=b,
-                batch_solve_s=t_batch,
-                loop_s=t_loop,
-                limit_s=t_limit,
-                batch_solve_over_limit=t_batch / t_limit,
-                loop_over_batch_solve=t_loop / t_batch,
-                residual=residual,
-            )
-        )
+        rows.append(dict(
+            batch=b, batch_solve_s=t_batch, loop_s=t_loop, limit_s=t_limit,
+            batch_solve_over_limit=t_batch / t_limit,
+            loop_over_batch_solve=t_loop / t_batch, residual=residual,
+        ))  # fmt: skip
         print(f"  (a) B={b}: done", flush=True)
     return rows
 
@@ -136,13 +130,10 @@ def dense_part(n: int, batches: Sequence[int], runs: int) -> list[dict]:
 
 def cg_part(n: int, layers: int, rhs: int) -> dict:
     weights, scales, factor = harness.spd_layers(n, layers)
-    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
-    tag = lx.positive_semidefinite_tag
-    ours = lxd.FunctionLinearOperator(
-        harness.spd_function(weights, scales), structure, tag, False, policy=lxd.Auto()
-    )
-    plain = lx.FunctionLinearOperator(
-        harness.spd_function(weights, scales), structure, tag, False
+    fn = lambda: harness.spd_function(weights, scales)  # noqa: E731
+    ours, plain = (
+        harness.spd_operator(fn(), n, lxd.Auto()),
+        harness.spd_operator(fn(), n),
     )
     bs = jax.random.normal(jax.random.key(SEED + 1), (rhs, n), jnp.float32)
     executions = expected_iterations(MAX_STEPS, n)
@@ -162,13 +153,8 @@ def cg_part(n: int, layers: int, rhs: int) -> dict:
         return jax.vmap(one)(bs)
 
     out = dict(
-        decision=dict(
-            strategy=decision.strategy,
-            policy=repr(decision.policy),
-            reasons=list(decision.reasons),
-            memory_needed=decision.memory_needed,
-            executions=executions,
-            memory_budget=ours.policy.budget(),
+        decision=harness.decision_record(
+            decision, executions=executions, memory_budget=ours.policy.budget()
         ),
         scale_factor_per_layer=factor,
     )
@@ -212,17 +198,12 @@ def _reset_peak() -> bool:
 def memory_part(n: int, rhs: int) -> dict:
     k1, k2 = jax.random.split(jax.random.key(SEED + 2))
     d = jax.random.uniform(k1, (n,), jnp.float32, SHIFT, 1 + SHIFT)
-    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     fn = eqx.Partial(lambda d, x: d * x, d)
     bs = jax.random.normal(k2, (rhs, n), jnp.float32)
     executions = expected_iterations(MAX_STEPS, n)
     solver = lxd.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
 
-    def op_with(policy):
-        return lxd.FunctionLinearOperator(
-            fn, structure, lx.positive_semidefinite_tag, False, policy=policy
-        )
-
+    op_with = lambda policy: harness.spd_operator(fn, n, policy)  # noqa: E731
     # The largest power-of-two budget that makes Auto solve in chunks of <= rhs/8.
     budget, decision = 1 << 40, None
     while budget > 1 << 16:
@@ -278,52 +259,41 @@ def memory_part(n: int, rhs: int) -> dict:
 
 def format_report(dense: list[dict], cg: dict, mem: dict, config: dict) -> str:
     """The three parts' tables and Auto's decisions."""
+    ms = lambda seconds, spec: f"{1e3 * seconds:{spec}}"  # noqa: E731
+    dense_rows = [
+        [r["batch"], ms(r["batch_solve_s"], ".3f"), ms(r["loop_s"], ".2f"),
+         ms(r["limit_s"], ".3f"), f"{r['batch_solve_over_limit']:.2f}",
+         f"{r['loop_over_batch_solve']:.1f}", f"{r['residual']:.1e}"]
+        for r in dense
+    ]  # fmt: skip
+    cg_rows = [
+        [k, f"{t['compile_total_s']:.2f}", f"{t['run_s']:.3f}", f"{t['total_s']:.2f}",
+         t["steps_max"], f"{t['max_residual']:.1e}"]
+        for k, t in ((k, cg[k]) for k in ("auto", "lineax"))
+    ]  # fmt: skip
+    mem_rows = [
+        [k, f"{m['rss_before_mb']:.0f}M", f"{m['peak_mb']:.0f}M",
+         f"{m['growth_mb']:.0f}M", f"{m['run_s']:.2f}", m["steps_max"]]
+        for k, m in ((k, mem[k]) for k in ("auto_chunked", "lockstep"))
+    ]  # fmt: skip
+    b, c = cg["decision"], mem["decision"]
     lines = [
         f"(a) dense SPD n={config['dense_n']} float32, lx.LU, run times (ms)",
-        f"{'B':>5} {'batch_solve':>12} {'loop':>10} {'limit':>10} "
-        f"{'bs/limit':>9} {'loop/bs':>8} {'residual':>9}",
-    ]
-    for r in dense:
-        lines.append(
-            f"{r['batch']:>5} {1e3 * r['batch_solve_s']:>12.3f}"
-            f" {1e3 * r['loop_s']:>10.2f}"
-            f" {1e3 * r['limit_s']:>10.3f} {r['batch_solve_over_limit']:>9.2f}"
-            f" {r['loop_over_batch_solve']:>8.1f} {r['residual']:>9.1e}"
-        )
-    lines += [
-        "",
-        f"(b) matrix-free SPD n={config['n']}, {config['layers']} layers, "
+        harness.table(
+            ["B", "batch_solve", "loop", "limit", "bs/limit", "loop/bs", "residual"],
+            dense_rows,
+        ),
+        f"\n(b) matrix-free SPD n={config['n']}, {config['layers']} layers, "
         f"{config['rhs']} rhs, CG rtol=atol={RTOL:g} (s)",
-        f"{'':>8} {'compile':>8} {'run':>8} {'total':>8} {'steps':>6} {'residual':>9}",
-    ]
-    for name in ("auto", "lineax"):
-        t = cg[name]
-        lines.append(
-            f"{name:>8} {t['compile_total_s']:>8.2f} {t['run_s']:>8.3f}"
-            f" {t['total_s']:>8.2f} {t['steps_max']:>6} {t['max_residual']:>9.1e}"
-        )
-    lines.append(
-        f"  Auto decided {cg['decision']['policy']} (executions="
-        f"{cg['decision']['executions']}): " + " ".join(cg["decision"]["reasons"])
-    )
-    lines += [
-        "",
-        f"(c) CG on x -> d*x, n={config['mem_n']}, {config['mem_rhs']} rhs "
+        harness.table(["", "compile", "run", "total", "steps", "residual"], cg_rows),
+        f"  Auto decided {b['policy']} (executions={b['executions']}): "
+        + " ".join(b["reasons"]),
+        f"\n(c) CG on x -> d*x, n={config['mem_n']}, {config['mem_rhs']} rhs "
         f"(stack of vectors {mem['vectors_mb']:.0f} MB), budget "
         f"{mem['budget'] / 2**20:g} MiB",
-        f"{'':>13} {'RSS before':>10} {'peak':>8} {'growth':>8} {'run s':>7} "
-        f"{'steps':>6}",
+        harness.table(["", "RSS before", "peak", "growth", "run s", "steps"], mem_rows),
+        f"  Auto decided {c['policy']}: " + " ".join(c["reasons"]),
     ]
-    for name in ("auto_chunked", "lockstep"):
-        m = mem[name]
-        lines.append(
-            f"{name:>13} {m['rss_before_mb']:>9.0f}M {m['peak_mb']:>7.0f}M"
-            f" {m['growth_mb']:>7.0f}M {m['run_s']:>7.2f} {m['steps_max']:>6}"
-        )
-    lines.append(
-        f"  Auto decided {mem['decision']['policy']}: "
-        + " ".join(mem["decision"]["reasons"])
-    )
     if not mem["peak_reset_available"]:
         lines.append("  (peak RSS reset unavailable: VmHWM is monotone)")
     return "\n".join(lines)
@@ -375,7 +345,7 @@ def plot(dense: list[dict], cg: dict, mem: dict, path: Path) -> None:
     ax.bar(names, [mem[k]["growth_mb"] for k in names], color=["C2", "C3"])
     ax.set_xlabel(mem["decision"]["policy"] + " vs VmapBatch()", fontsize=8)
     ax.set(ylabel="peak RSS growth of the run (MB)", title="(c) peak memory, CG")
-    fig.suptitle(f"batch_solve; {harness.jax_label()}, {harness.openblas_label()}")
+    fig.suptitle(f"batch_solve; {harness.jax_label(openblas=True)}")
     harness.save(fig, path)
 
 

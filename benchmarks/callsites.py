@@ -285,7 +285,7 @@ def plot(results: dict[str, list[dict]], config: dict, path) -> None:
     left.legend(fontsize=8)
     fig.suptitle(
         f"{config['layers']}-layer n={config['n']} float32 FunctionLinearOperator, "
-        f"{harness.jax_label()}, {harness.openblas_label()}",
+        f"{harness.jax_label(openblas=True)}",
         fontsize=10,
     )
     harness.save(fig, path)

@@ -5,9 +5,8 @@ Timing of a jitted program `f(params, arg)` (`time_program`), with the operator'
 arrays as `params` and its static part closed over, as `equinox.filter_jit` would
 split it (`split_program`):
 
-- trace: `jax.jit(f).trace(params, arg)`;
-- lower: `traced.lower()`;
-- compile: `lowered.compile()`;
+- trace, lower, compile: `traced = jax.jit(f).trace(params, arg)`,
+  `lowered = traced.lower()`, `lowered.compile()` (`compile_stages`);
 - first call: the first execution (`block_until_ready`); for dot-heavy code
   XLA:CPU defers part of its compile work to it, and `Outline` compiles its callee
   then;
@@ -53,11 +52,9 @@ SEED = 0
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "docs" / "examples"
 # Steady-state timing: at least `min_runs` calls, more while under RUN_BUDGET_S.
-MAX_RUNS = 25
-RUN_BUDGET_S = 1.0
-# The SPD operator `SHIFT * x + B^T (B x)` of `spd_layers`.
-SHIFT = 0.02
-POWER_ITERATIONS = 30
+MAX_RUNS, RUN_BUDGET_S = 25, 1.0
+# The SPD operator `SHIFT * x + B^T (B x)` of `spd_layers`; `top_eigenvalue`'s steps.
+SHIFT, POWER_ITERATIONS = 0.02, 30
 
 
 # ------------------------------------------------------------------ environment
@@ -98,12 +95,10 @@ def print_setup(env: dict, config: dict) -> None:
 
 
 def example(name: str):
-    """The worked example `docs/examples/<name>.py`, imported as module `name`
-    (the examples are scripts, not a package: loaded from their path)."""
+    """The worked example (a script) `docs/examples/<name>.py`, imported as `name`."""
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, EXAMPLES_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return sys.modules[name]
 
@@ -128,46 +123,41 @@ def median_call_time(call: Callable, count: int) -> float:
     return statistics.median(call_times(call, count))
 
 
-def steady_run_time(
-    compiled, args, first_call_s: float, min_runs: int
-) -> tuple[float, int]:
-    """Median wall time of further calls; as many as fit RUN_BUDGET_S, within
-    [min_runs, MAX_RUNS]."""
-    (warm,) = call_times(lambda: compiled(*args), 1)
-    estimate = min(max(first_call_s, 1e-6), max(warm, 1e-6))
-    runs = int(min(MAX_RUNS, max(min_runs, RUN_BUDGET_S // estimate)))
-    times = [warm] + call_times(lambda: compiled(*args), runs - 1)
-    return statistics.median(times), runs
+def compile_stages(trace: Callable, lower: Callable, args) -> tuple:
+    """Times `traced = trace()`, `lowered = lower(traced)`, `lowered.compile()` and
+    the first call on `args`: `(timings, compiled, out)`, `out` that call's output."""
+    traced, trace_s = timed(trace)
+    lowered, lower_s = timed(lambda: lower(traced))
+    compiled, compile_s = timed(lowered.compile)
+    out, first_s = timed(lambda: jax.block_until_ready(compiled(*args)))
+    stages = dict(trace_s=trace_s, lower_s=lower_s, compile_s=compile_s)
+    return dict(stages, first_call_s=first_s), compiled, out
 
 
 def time_program(program: Callable, params, arg, min_runs: int):
     """Times `jax.jit(program)` on `(params, arg)` (see the module docstring).
     Returns `(timings, compiled, out)`, `out` the first call's output."""
     f = jax.jit(program)
-    traced, trace_s = timed(lambda: f.trace(params, arg))
-    lowered, lower_s = timed(traced.lower)
-    compiled, compile_s = timed(lowered.compile)
-    out, first_s = timed(lambda: jax.block_until_ready(compiled(params, arg)))
-    run_s, runs = steady_run_time(compiled, (params, arg), first_s, min_runs)
-    first_extra_s = max(first_s - run_s, 0.0)
-    timings = dict(
-        trace_s=trace_s,
-        lower_s=lower_s,
-        compile_s=compile_s,
-        first_call_s=first_s,
-        first_call_extra_s=first_extra_s,
-        compile_total_s=trace_s + lower_s + compile_s + first_extra_s,
-        run_s=run_s,
-        runs=runs,
+    t, compiled, out = compile_stages(
+        lambda: f.trace(params, arg), lambda traced: traced.lower(), (params, arg)
     )
-    return timings, compiled, out
+    (warm,) = call_times(lambda: compiled(params, arg), 1)
+    estimate = min(max(t["first_call_s"], 1e-6), max(warm, 1e-6))
+    runs = int(min(MAX_RUNS, max(min_runs, RUN_BUDGET_S // estimate)))
+    times = [warm] + call_times(lambda: compiled(params, arg), runs - 1)
+    run_s = statistics.median(times)
+    t["first_call_extra_s"] = extra = max(t["first_call_s"] - run_s, 0.0)
+    t["compile_total_s"] = t["trace_s"] + t["lower_s"] + t["compile_s"] + extra
+    return dict(t, run_s=run_s, runs=runs), compiled, out
 
 
-def median_trial(trials: list[tuple[dict, object]], key: str) -> tuple[dict, object]:
+def median_trial(trials: list, key: str, every: Sequence[str] = ()) -> tuple:
     """The `(timings, out)` trial with the median `timings[key]` (the lower median
-    for an even count)."""
-    ordered = sorted(trials, key=lambda t: t[0][key])
-    return ordered[(len(ordered) - 1) // 2]
+    for an even count), with `NAME_all_s`, every trial's value, for each `NAME_s`
+    in `every`."""
+    timings, out = sorted(trials, key=lambda t: t[0][key])[(len(trials) - 1) // 2]
+    lists = {f"{k[:-2]}_all_s": [t[k] for t, _ in trials] for k in every}
+    return dict(timings, **lists), out
 
 
 def relative_error(out, reference) -> float:
@@ -175,12 +165,22 @@ def relative_error(out, reference) -> float:
     return float(jnp.linalg.norm(out - reference) / jnp.linalg.norm(reference))
 
 
+def decision_record(decision, **extra) -> dict:
+    """An `lxd` decision for the JSON: strategy, policy, reasons, `extra`, memory."""
+    return dict(
+        strategy=decision.strategy,
+        policy=repr(decision.policy),
+        reasons=list(decision.reasons),
+        **extra,
+        memory_needed=int(decision.memory_needed),
+    )
+
+
 def count_runs(f: Callable, arg, counter: list[int]) -> tuple[int, int]:
     """Runs of a counted Python function (`counter[0]` counts them) while tracing
     `jax.jit(f)` on `arg`, and while lowering, compiling and first calling it."""
-    jitted = jax.jit(f)
     before = counter[0]
-    traced = jitted.trace(arg)
+    traced = jax.jit(f).trace(arg)
     after_trace = counter[0]
     jax.block_until_ready(traced.lower().compile()(arg))
     return after_trace - before, counter[0] - after_trace
@@ -203,8 +203,7 @@ def split_program(op, body: Callable) -> tuple[Callable, object, object]:
 
 
 def random_layers(keys, n: int, layers: int) -> tuple[tuple, tuple]:
-    """`(weights, scales)`: `W_i` drawn with `keys[i]`, `s_i` with
-    `keys[layers + i]`."""
+    """`(weights, scales)`: `W_i` drawn with `keys[i]`, `s_i` with `keys[L + i]`."""
     weights = tuple(
         jax.random.normal(keys[i], (n, n), jnp.float32) / jnp.sqrt(n)
         for i in range(layers)
@@ -237,22 +236,16 @@ def apply_gram(weights, scales, x):
     return x
 
 
-def power_iteration(apply: Callable, x, iterations: int):
-    """The Rayleigh quotient after `iterations` steps of power iteration from `x`
-    (a jax scalar; it underestimates the top eigenvalue)."""
-    lam = jnp.array(1.0, jnp.float32)
-    for _ in range(iterations):
+def top_eigenvalue(apply: Callable, n: int, key):
+    """The Rayleigh quotient of `apply` after POWER_ITERATIONS steps of power
+    iteration from a normal vector drawn with `key` (a jax scalar; it
+    underestimates the top eigenvalue)."""
+    x, lam = jax.random.normal(key, (n,), jnp.float32), jnp.array(1.0, jnp.float32)
+    for _ in range(POWER_ITERATIONS):
         x = x / jnp.linalg.norm(x)
         y = apply(x)
-        lam = jnp.vdot(x, y)
-        x = y
+        lam, x = jnp.vdot(x, y), y
     return lam
-
-
-def top_eigenvalue(apply: Callable, n: int, key):
-    """`power_iteration` of `apply` from a normal vector drawn with `key`."""
-    x = jax.random.normal(key, (n,), jnp.float32)
-    return power_iteration(apply, x, POWER_ITERATIONS)
 
 
 def spd_layers(n: int, layers: int, seed: int = SEED):
@@ -266,6 +259,15 @@ def spd_layers(n: int, layers: int, seed: int = SEED):
     factor = float((1.05 * lam) ** (-1.0 / (2 * layers)))
     scales = tuple(s * factor for s in scales)
     return jax.block_until_ready((weights, scales)) + (factor,)
+
+
+def spd_operator(fn: Callable, n: int, policy=None):
+    """`fn` as an SPD-tagged float32 operator on `R^n` with `closure_convert=False`:
+    plain lineax's, or with `policy` lineax-dispatch's."""
+    args = (fn, jax.ShapeDtypeStruct((n,), jnp.float32), lx.positive_semidefinite_tag)
+    if policy is None:
+        return lx.FunctionLinearOperator(*args, closure_convert=False)
+    return lxd.FunctionLinearOperator(*args, closure_convert=False, policy=policy)
 
 
 def spd_function(weights, scales) -> Callable:
@@ -283,14 +285,11 @@ def spd_function(weights, scales) -> Callable:
 
 def parser(doc: str, full: dict, quick: dict) -> argparse.ArgumentParser:
     """A parser described by the first paragraph of `doc`, with `--out` and
-    `--quick` (the values of `quick` for the arguments not given; the others
-    take `full`'s, see `fill_defaults`)."""
+    `--quick` (`quick`'s sizes for the arguments not given: `fill_defaults`)."""
     prog = f"python -m benchmarks.{Path(sys.argv[0]).stem}"
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    shown = ", ".join(
-        f"{k}={joined(v) if isinstance(v, tuple) else v}" for k, v in quick.items()
-    )
+    shown = ", ".join(f"{k}={joined(v)}" for k, v in quick.items())
     parser.add_argument("--quick", action="store_true", help=f"small sizes: {shown}")
     return parser
 
@@ -300,9 +299,21 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
 
 
-def joined(values: Sequence) -> str:
-    """`(1, 4, 16)` as `"1,4,16"`."""
-    return ",".join(map(str, values))
+def name_list(choices: Sequence[str]) -> Callable:
+    """An argument type: `"a,b"` as `("a", "b")`, each (lower-cased) in `choices`."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(v.strip().lower() for v in text.split(",") if v.strip())
+        if bad := [v for v in names if v not in choices]:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {choices}")
+        return names
+
+    return parse
+
+
+def joined(values) -> str:
+    """`(1, 4, 16)` as `"1,4,16"`; a value not a tuple as `str(value)`."""
+    return ",".join(map(str, values)) if isinstance(values, tuple) else str(values)
 
 
 def fill_defaults(args: argparse.Namespace, full: dict, quick: dict) -> None:
@@ -322,13 +333,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
     cells = [list(map(str, headers))] + [list(map(str, row)) for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
-    def line(row):
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths))
-        )
-
-    lines = [line(row) for row in cells]
+    lines = [
+        "  ".join([row[0].ljust(widths[0]), *map(str.rjust, row[1:], widths[1:])])
+        for row in cells
+    ]
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
 
 
@@ -340,14 +348,9 @@ def column_table(columns: Sequence[tuple[str, Callable]], items: Sequence) -> st
 
 def stage_columns() -> list[tuple[str, Callable]]:
     """`column_table` columns of `time_program`'s stages and compile total."""
-    stages = (
-        ("trace", "trace_s"),
-        ("lower", "lower_s"),
-        ("compile", "compile_s"),
-        ("1st-extra", "first_call_extra_s"),
-        ("comp.total", "compile_total_s"),
-    )
-    return [(title, lambda t, key=key: f"{t[key]:.3f}s") for title, key in stages]
+    titles = "trace lower compile 1st-extra comp.total".split()
+    keys = "trace_s lower_s compile_s first_call_extra_s compile_total_s".split()
+    return [(t, lambda r, k=k: f"{r[k]:.3f}s") for t, k in zip(titles, keys)]
 
 
 def met(ok: bool) -> str:
@@ -363,9 +366,7 @@ def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return importlib.import_module("matplotlib.pyplot")
 
 
 def plain_log_ticks(ax) -> None:
@@ -376,28 +377,20 @@ def plain_log_ticks(ax) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
-def jax_label() -> str:
-    """`jax <version> <backend>`."""
-    return f"jax {jax.__version__} {jax.default_backend()}"
-
-
-def openblas_label() -> str:
-    """`OPENBLAS_NUM_THREADS=<value>`."""
-    return f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+def jax_label(openblas: bool = False) -> str:
+    """`jax <version> <backend>`, then `, OPENBLAS_NUM_THREADS=<value>` if asked."""
+    threads = f", OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+    return f"jax {jax.__version__} {jax.default_backend()}" + threads * openblas
 
 
 def save(fig, path: Path, dpi: int = 120, **tight_layout) -> None:
     """`fig.tight_layout(**tight_layout)`, saved at `dpi`, then closed."""
-    import matplotlib.pyplot as plt
-
     fig.tight_layout(**tight_layout)
     fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
-def write_results(
-    out_dir: Path, name: str, payload: dict, plot: Callable[[Path], None]
-) -> None:
+def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> None:
     """`<out_dir>/<name>.json` (the payload) and `<out_dir>/<name>.png`
     (`plot(path)`)."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -305,7 +305,7 @@ def plot(results: dict, ks, path) -> None:
         ax.set_title(case)
         ax.legend(fontsize=8)
     fig.suptitle(
-        f"program-level dispatch; {harness.jax_label()}, {harness.openblas_label()}",
+        f"program-level dispatch; {harness.jax_label(openblas=True)}",
         fontsize=9,
     )
     harness.save(fig, path)

@@ -4,7 +4,7 @@ It estimates, for each strategy, the time to compile the program's copies of `mv
 plus `runs` times the time one run of the program spends in them (the compiled
 program runs many times: `Auto(runs=100)` by default), and picks the cheapest that
 fits the memory budget. The constants are in `CostModel` (defaults measured on a 2-core
-XLA:CPU machine with `benchmarks/callsites.py`; set your own with
+XLA:CPU machine with `python -m benchmarks.callsites`; set your own with
 `Auto(cost_model=...)`). No JAX tracing happens here.
 """
 
