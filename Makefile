@@ -20,8 +20,8 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-benchmarks
 	$(BIN)/python demo.py
 
-# Lint (seconds), then the tests.
-test: lint
+# Lint and typecheck (seconds), then the tests.
+test: lint typecheck
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 # ruff: the rule set is in pyproject.toml ([tool.ruff.lint]).
@@ -30,9 +30,9 @@ lint: $(VENV)/.installed-tests
 	$(BIN)/python -m ruff format --check .
 
 # pyright in basic mode over lineax_dispatch/ ([tool.pyright] in pyproject.toml),
-# against the packages in .venv. Not yet part of `make test`: it still reports
-# errors in lineax_dispatch/solvers/ and policies/_jit.py.
-typecheck: $(VENV)/.installed-typecheck
+# against the packages in .venv; any error fails it. Part of `make test`, so it is
+# installed with the tests.
+typecheck: $(VENV)/.installed-tests
 	$(BIN)/pyright --pythonpath $(BIN)/python
 
 # The documentation site, into site/; any warning fails it.

@@ -11,7 +11,7 @@ import lineax as lx
 
 from ._marked import current_scope, inline_mv, mv_parts
 from ._registry import cost_cache, is_leaf_array, operator_key
-from ._sizes import array_bytes, itemsize, matrix_bytes
+from ._sizes import array_bytes, itemsize, matrix_bytes, vector_bytes
 
 
 class MvCost(eqx.Module):
@@ -103,9 +103,7 @@ def jaxpr_cost(closed: Any) -> MvCost:
     """
     totals = _Totals()
     _walk(closed.jaxpr, totals)
-    constant_bytes = sum(
-        getattr(c, "nbytes", 0) for c in closed.consts if hasattr(c, "shape")
-    )
+    constant_bytes = sum(array_bytes(c) for c in closed.consts if hasattr(c, "shape"))
     return MvCost(
         flops=totals.flops,
         bytes=totals.bytes,
@@ -128,7 +126,7 @@ def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
         dots=1,
         ops=1,
         constant_bytes=0,
-        workspace=2 * (in_size + out_size) * size,
+        workspace=2 * vector_bytes(in_size + out_size, size),
         source="estimate",
     )
 

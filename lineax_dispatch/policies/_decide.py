@@ -24,6 +24,7 @@ from ._materialise import Materialise
 from ._observation import Observation
 from ._outline import Outline
 from ._roll_policy import Roll
+from ._sizes import vector_bytes
 
 
 class CostModel(eqx.Module):
@@ -107,7 +108,7 @@ class CostModel(eqx.Module):
 def _workspace(o: Observation) -> int:
     """Bytes one vector needs while `mv` runs: its intermediates where the cost
     analysis counted them, else input plus output."""
-    return max(o.mv_workspace, (o.in_size + o.out_size) * o.itemsize)
+    return max(o.mv_workspace, vector_bytes(o.in_size + o.out_size, o.itemsize))
 
 
 def materialise_memory(o: Observation, chunk: int) -> int:

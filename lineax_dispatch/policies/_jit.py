@@ -70,7 +70,7 @@ class _CompileAware:
         self._fun = fun
         self._jit_kwargs = jit_kwargs
         self._passed = check_jit_kwargs(jit_kwargs)
-        self._compiled: dict[Any, tuple] = {}
+        self._compiled: dict[Any, Compiled] = {}
         functools.update_wrapper(self, fun)
 
     def decisions(self, *args, **kwargs) -> dict[Any, Decision]:

@@ -53,6 +53,12 @@ def array_bytes(x: Any) -> int:
     return math.prod(x.shape) * size
 
 
+def vector_bytes(size: int, itemsize: int) -> int:
+    """Bytes of `size` entries of `itemsize` bytes each: a flat vector, or several
+    laid end to end (an input and an output, the bands of a matrix)."""
+    return size * itemsize
+
+
 def matrix_bytes(out_size: int, in_size: int, itemsize: int) -> int:
     """Bytes of a dense `out_size x in_size` matrix of `itemsize`-byte entries."""
     return out_size * in_size * itemsize

@@ -15,7 +15,7 @@ from ..policies._budget import default_memory_budget, format_bytes, optional_bud
 from ..policies._decide import batched_compile, mv_compile, mv_run
 from ..policies._guard import policy_budget
 from ..policies._registry import record_solver_choice
-from ..policies._sizes import itemsize as operator_itemsize, matrix_bytes
+from ..policies._sizes import itemsize as operator_itemsize, matrix_bytes, vector_bytes
 from ._cg import CG
 from ._gmres import GMRES
 from ._lsmr import LSMR
@@ -24,9 +24,18 @@ from ._policy_solver import hide_static, reveal_static
 from ._prepare import expected_iterations
 
 
+class _DirectCost(eqx.Module):
+    """What the direct solver of `_direct_cost` costs: its `name` (the lineax class),
+    its `flops` and the `bytes` it needs."""
+
+    name: str
+    flops: float
+    bytes: int
+
+
 def _direct_cost(
     operator: lx.AbstractLinearOperator, well_posed: bool | None, itemsize: int
-) -> tuple[str, float, int]:
+) -> _DirectCost:
     """The direct solver lineax's `AutoLinearSolver` would use for `operator`: its
     name, its flops, and the bytes it needs (the dense matrix and its factors, or
     just the bands)."""
@@ -36,18 +45,31 @@ def _direct_cost(
     solver = lx.AutoLinearSolver(well_posed=well_posed).select_solver(operator)
     name = type(solver).__name__
     if isinstance(solver, lx.Diagonal):
-        return name, float(n), (m + n) * itemsize
+        return _DirectCost(name, float(n), vector_bytes(m + n, itemsize))
     if isinstance(solver, lx.Tridiagonal):
-        return name, 10.0 * n, 4 * n * itemsize
+        return _DirectCost(name, 10.0 * n, vector_bytes(4 * n, itemsize))
     if isinstance(solver, lx.Triangular):
-        return name, float(n) ** 2, dense
+        return _DirectCost(name, float(n) ** 2, dense)
     if isinstance(solver, lx.Cholesky):
-        return name, float(n) ** 3 / 3, 2 * dense
+        return _DirectCost(name, float(n) ** 3 / 3, 2 * dense)
     if isinstance(solver, lx.QR):
-        return name, 2.0 * hi * lo**2, 2 * dense
+        return _DirectCost(name, 2.0 * hi * lo**2, 2 * dense)
     if isinstance(solver, lx.SVD):
-        return name, 4.0 * hi * lo**2 + 22.0 * lo**3, 3 * dense
-    return name, 2.0 * float(n) ** 3 / 3, 2 * dense
+        return _DirectCost(name, 4.0 * hi * lo**2 + 22.0 * lo**3, 3 * dense)
+    return _DirectCost(name, 2.0 * float(n) ** 3 / 3, 2 * dense)
+
+
+def _iterative_class(
+    operator: lx.AbstractLinearOperator, well_posed: bool | None
+) -> type[CG] | type[GMRES] | type[LSMR] | type[MINRES]:
+    """The iterative solver of this package for `operator`, by shape and tags."""
+    if well_posed is False or operator.in_size() != operator.out_size():
+        return LSMR  # least squares / minimum norm
+    if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(operator):
+        return CG
+    if lx.is_symmetric(operator):
+        return MINRES
+    return GMRES
 
 
 class AutoSolver(lx.AbstractLinearSolver):
@@ -129,16 +151,8 @@ class AutoSolver(lx.AbstractLinearSolver):
     def _iterative(
         self, operator: lx.AbstractLinearOperator
     ) -> lx.AbstractLinearSolver:
-        kwargs = dict(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
-        if self.well_posed is False or operator.in_size() != operator.out_size():
-            return LSMR(**kwargs)  # least squares / minimum norm
-        if lx.is_positive_semidefinite(operator) | lx.is_negative_semidefinite(
-            operator
-        ):
-            return CG(**kwargs)
-        if lx.is_symmetric(operator):
-            return MINRES(**kwargs)
-        return GMRES(**kwargs)
+        solver = _iterative_class(operator, self.well_posed)
+        return solver(rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
 
     def choose(
         self, operator: lx.AbstractLinearOperator
@@ -163,7 +177,8 @@ class AutoSolver(lx.AbstractLinearSolver):
         direct = lx.AutoLinearSolver(well_posed=self.well_posed)
         budget = self.budget(operator)
         itemsize = operator_itemsize(operator)
-        name, flops, needed = _direct_cost(operator, self.well_posed, itemsize)
+        cost = _direct_cost(operator, self.well_posed, itemsize)
+        name, needed = cost.name, cost.bytes
         if needed > budget:
             return iterative, (
                 f"{name} needs {format_bytes(needed)} (the dense matrix and its "
@@ -188,11 +203,11 @@ class AutoSolver(lx.AbstractLinearSolver):
                 + n * o.mv_flops / model.flops_per_second
             )
             run, copy = mv_run(o, model), mv_compile(o, model)
-        direct_time += flops / model.factor_flops_per_second
+        direct_time += cost.flops / model.factor_flops_per_second
         steps = expected_iterations(self.max_steps, n)
         mvs = 2 if isinstance(iterative, LSMR) else 1
         step = mvs * run + model.krylov_step
-        step += 10 * (m + n) * itemsize / model.bytes_per_second
+        step += 10 * vector_bytes(m + n, itemsize) / model.bytes_per_second
         iterative_time = model.krylov_compile + mvs * copy + steps * step
         estimates = (
             f"{name} of the {m} x {n} matrix (from {source}) ~{direct_time:.3g} s; "

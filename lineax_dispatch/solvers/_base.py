@@ -21,20 +21,29 @@ _State = TypeVar("_State")
 
 
 class _LoopEnd(Protocol):
-    """The fields of a loop state that `loop_end` reads."""
+    """The fields of a loop state that `loop_end` reads (read-only, as the fields of
+    the solvers' `NamedTuple` states)."""
 
-    y: Array
-    step: Array
-    finite: Array
+    @property
+    def y(self) -> Array: ...
+    @property
+    def step(self) -> Array: ...
+    @property
+    def finite(self) -> Array: ...
 
 
 class _Residuals(Protocol):
-    """The fields of a loop state that lineax's stopping test reads."""
+    """The fields of a loop state that lineax's stopping test reads (read-only, as
+    the fields of the solvers' `NamedTuple` states)."""
 
-    y: Array
-    r: Array
-    diff: Array
-    b_scale: Array
+    @property
+    def y(self) -> Array: ...
+    @property
+    def r(self) -> Array: ...
+    @property
+    def diff(self) -> Array: ...
+    @property
+    def b_scale(self) -> Array: ...
 
 
 def check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
@@ -96,9 +105,8 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 f"scalar (e.g. `lineax.internal.max_norm`); got {self.norm!r} of type "
                 f"{type(self.norm).__name__}."
             )
-        if self.max_steps is not None and (
-            as_int(self.max_steps) is None or as_int(self.max_steps) < 0
-        ):
+        steps = as_int(self.max_steps)
+        if self.max_steps is not None and (steps is None or steps < 0):
             raise ValueError(
                 f"`{name}(..., max_steps=...)` must be a non-negative int or None, "
                 f"got {self.max_steps!r}."

@@ -172,7 +172,9 @@ def batch_solve(
     options: dict[str, Any] | None = None,
     throw: bool = True,
     batch_size: int | None = None,
-    mesh: jax.sharding.Mesh | Sequence[jax.Device] | None = None,
+    # jax exports `Device` by plain assignment (`Device = _xc.Device`), which
+    # pyright does not read as a type.
+    mesh: jax.sharding.Mesh | Sequence[jax.Device] | None = None,  # pyright: ignore[reportInvalidTypeForm]
     progress: bool = False,
 ) -> lx.Solution:
     """Solves `operator x = b` for every right-hand side `b` of a stack.

@@ -4,6 +4,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -20,8 +21,10 @@ def without_explicit_axes(x: Any) -> Any:
     sharding = getattr(x, "sharding", None)
     if isinstance(x, jax.core.Tracer) or not isinstance(sharding, NamedSharding):
         return x
-    mesh = sharding.mesh
-    if all(t != jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+    mesh = sharding.mesh  # concrete: `x` is not traced
+    if not isinstance(mesh, jax.sharding.Mesh) or all(
+        t != jax.sharding.AxisType.Explicit for t in mesh.axis_types
+    ):
         return x
     auto = jax.sharding.Mesh(
         mesh.devices,

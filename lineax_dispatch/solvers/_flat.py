@@ -20,7 +20,7 @@ from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ..operators._structure import structures_match
-from ..policies._sizes import promoted_dtype
+from ..policies._sizes import promoted_dtype, structure_size
 
 
 class Flattener(eqx.Module):
@@ -36,7 +36,7 @@ class Flattener(eqx.Module):
 
     @property
     def size(self) -> int:
-        return sum(math.prod(leaf.shape) for leaf in self.structure[0])
+        return structure_size(self.structure[0])
 
     def ravel(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
         leaves = jtu.tree_leaves(tree)

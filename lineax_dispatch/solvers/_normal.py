@@ -93,18 +93,22 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         )
 
     @property
-    def _one_site(self) -> bool:
-        return isinstance(self.inner_solver, AbstractOneSiteSolver)
+    def _one_site(self) -> AbstractOneSiteSolver | None:
+        """The inner solver if it is one of this package's, else `None`."""
+        inner = self.inner_solver
+        return inner if isinstance(inner, AbstractOneSiteSolver) else None
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
-        if not self._one_site:
+        inner = self._one_site
+        if inner is None:
             return lx.Normal(self.inner_solver).init(operator, options)
-        return keep_linearise(self.inner_solver.prepare(operator))
+        return keep_linearise(inner.prepare(operator))
 
     def compute(
         self, state: _NormalState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        if not self._one_site:
+        inner = self._one_site
+        if inner is None:
             return lx.Normal(self.inner_solver).compute(state, vector, options)
         operator = state
         dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
@@ -135,9 +139,9 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         preconditioner = options.get("preconditioner")
         if preconditioner is None:
             precond = lambda x: x
-        elif not self.inner_solver.takes_preconditioner:
+        elif not inner.takes_preconditioner:
             raise ValueError(
-                f"`Normal({type(self.inner_solver).__name__}(...))` does not accept "
+                f"`Normal({type(inner).__name__}(...))` does not accept "
                 "`options['preconditioner']`: the inner solver takes none."
             )
         else:
@@ -146,16 +150,16 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             mh_mv = flat_mv(keep_conj(preconditioner).transpose(), x_flat, b_flat)
             precond = lambda x: m_mv(mh_mv(x))
         zeros = jnp.zeros(x_flat.size, dtype)
-        y, result, stats = self.inner_solver.solve_system(system, precond, zeros)
+        y, result, stats = inner.solve_system(system, precond, zeros)
         return x_flat.unravel(y), result, stats
 
     def transpose(self, state: _NormalState, options: dict[str, Any]):
-        if not self._one_site:
+        if self._one_site is None:
             return lx.Normal(self.inner_solver).transpose(state, options)
         return state.transpose(), transpose_options(options)
 
     def conj(self, state: _NormalState, options: dict[str, Any]):
-        if not self._one_site:
+        if self._one_site is None:
             return lx.Normal(self.inner_solver).conj(state, options)
         return keep_conj(state), conj_options(options)
 
