@@ -2,6 +2,8 @@
 program rewritten (rolled, or one matrix for the program, or left inline), and
 `jax.jit`'s results under jit, grad, jvp and vmap on the zoo of test_roll.py."""
 
+import functools as ft
+
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -10,7 +12,18 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .test_roll import _close, _loop, _operators, _sum, N, ROLL_MODEL, ZOO
+from .test_roll import (
+    _close,
+    _loop,
+    _operators,
+    _sum,
+    lazy_reference,
+    N,
+    NO_LEAK_CHECK,
+    ROLL_MODEL,
+    ZOO,
+    ZOO_X,
+)
 
 
 # Cost models under which each rewrite is the cheapest where it applies.
@@ -20,9 +33,6 @@ _MODELS = {
         compile_per_dot=10.0, outline_site=1e3, roll_fixed=1e3
     ),
 }
-
-# Programs whose jax.jit fails inside jax's own leak report (`eqx.error_if`).
-_NO_LEAK_CHECK = ("effects", "solve")
 
 
 def _scalar(f):
@@ -38,45 +48,56 @@ _CASES = [(name, "materialise") for name in ZOO] + [
 ]
 
 
+def _transformed(f, jit):
+    """grad, jvp and vmap of `jit(f)`, compiled together (each `lxd.jit` traces,
+    decides and rewrites its program inside the outer trace)."""
+
+    def run(x, tangent, xs):
+        return (
+            jax.grad(jit(_scalar(f)))(x),
+            jax.jvp(jit(f), (x,), (tangent,)),
+            jax.vmap(jit(f))(xs),
+        )
+
+    return run
+
+
+def _transformed_args(x):
+    return x, jnp.cos(x), jnp.stack([x, 2 * x, -x])
+
+
+@ft.cache
+def _transformed_lazy_reference(name):
+    """`jax.jit` of `_transformed` of the zoo's program `name` on `Lazy` operators:
+    the same for both cost models, so computed once."""
+    lazy_ops = _operators(lxd.Lazy())
+    lazy = lambda x: ZOO[name](lazy_ops, x)
+    return jax.jit(_transformed(lazy, lambda f: f))(*_transformed_args(ZOO_X))
+
+
 @pytest.mark.parametrize("name, model", _CASES)
 def test_auto_programs_match_jax_jit(name, model):
     auto_ops = _operators(lxd.Auto(cost_model=_MODELS[model]))
-    lazy_ops = _operators(lxd.Lazy())
     program = ZOO[name]
     auto = lambda x: program(auto_ops, x)
-    lazy = lambda x: program(lazy_ops, x)
-    x = jnp.linspace(0.1, 1.0, N)
+    x = ZOO_X
     compiled = lxd.jit(auto)
-    if name in _NO_LEAK_CHECK:
+    if name in NO_LEAK_CHECK:
         out = compiled(x)
     else:
         with jax.checking_leaks():
             out = compiled(x)
-    _close(out, jax.jit(lazy)(x))
+    _close(out, lazy_reference(name))
     strategies = {d.strategy for d in compiled.decisions(x).values()}
     if name in ("dependent", "independent", "mixed"):
         assert strategies == {"Roll" if model == "roll" else "Materialise"}
     if name == "in-scan-and-cond":
         # Sites inside loop bodies and branches stay inline.
         assert strategies == {"Lazy"}
-    # grad, jvp and vmap of `lxd.jit` programs, compiled together (each
-    # `lxd.jit` traces, decides and rewrites its program inside the outer trace).
-    tangent = jnp.cos(x)
-    xs = jnp.stack([x, 2 * x, -x])
-
-    def transformed(f, jit):
-        def run(x, tangent, xs):
-            return (
-                jax.grad(jit(_scalar(f)))(x),
-                jax.jvp(jit(f), (x,), (tangent,)),
-                jax.vmap(jit(f))(xs),
-            )
-
-        return run
-
+    # grad, jvp and vmap of `lxd.jit` programs, compiled together.
     _close(
-        jax.jit(transformed(auto, lxd.jit))(x, tangent, xs),
-        jax.jit(transformed(lazy, lambda f: f))(x, tangent, xs),
+        jax.jit(_transformed(auto, lxd.jit))(*_transformed_args(x)),
+        _transformed_lazy_reference(name),
     )
 
 
