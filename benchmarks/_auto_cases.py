@@ -196,7 +196,8 @@ def measure(variant: str, data: OperatorData, case: dict) -> tuple[dict, object]
 
 def auto_choice(jitted, op, static, params, x, case: dict) -> dict:
     """What Auto chose (after the timing, so that nothing it computes is cached for
-    the timed run): `lxd.jit`'s decisions for "mv", `CG.prepare`'s for "solve"."""
+    the timed run): `lxd.jit`'s decisions (for "solve", those of the solves; else
+    `CG.prepare`'s)."""
     decisions = list(jitted.decisions(params, x).values())
     record = lambda d: harness.decision_record(
         d, estimates={e.strategy: e.seconds for e in d.estimates}
@@ -209,6 +210,17 @@ def auto_choice(jitted, op, static, params, x, case: dict) -> dict:
             source="lxd.jit(...).decisions(params, x)",
             decisions=[record(d) for d in decisions],
         )
+    executions = expected_iterations(MAX_STEPS, case["n"])
+    if decisions:
+        # The solve's decision as `lxd.jit` made it (in CG's `init`, told of the
+        # other solves of the same operator when there are several).
+        return dict(
+            source="lxd.jit(...).decisions(params, x): the solves' decisions",
+            jit_decisions=len(decisions),
+            strategy="+".join(d.strategy for d in decisions),
+            executions=executions,
+            decisions=[record(d) for d in decisions],
+        )
     solver = make_solver(AUTOS[0])
     prepared = eqx.filter_eval_shape(
         lambda p: solver.prepare(eqx.combine(p, static)), params
@@ -217,7 +229,6 @@ def auto_choice(jitted, op, static, params, x, case: dict) -> dict:
     # (lineax_dispatch's private `_Pinned`), which holds it.
     policy = getattr(prepared, "policy", None)
     policy = getattr(policy, "policy", policy)
-    executions = expected_iterations(MAX_STEPS, case["n"])
     decision = op.policy.decision(op, call_sites=1, executions=executions)
     return dict(
         source="CG.prepare(op) (filter_eval_shape); reasons from op.policy.decision",
