@@ -202,25 +202,18 @@ def auto_choice(jitted, op, static, params, x, case: dict) -> dict:
     record = lambda d: harness.decision_record(
         d, estimates={e.strategy: e.seconds for e in d.estimates}
     )
-    if case["workload"] == "mv":
-        if not decisions:
-            return dict(strategy="(none)", source="lxd.jit decisions: none")
-        return dict(
+    solve = case["workload"] == "solve"
+    executions = expected_iterations(MAX_STEPS, case["n"])
+    if decisions:  # a solve's as made in CG's `init`, told of repeated solves
+        out = dict(
             strategy="+".join(d.strategy for d in decisions),
             source="lxd.jit(...).decisions(params, x)",
             decisions=[record(d) for d in decisions],
         )
-    executions = expected_iterations(MAX_STEPS, case["n"])
-    if decisions:
-        # The solve's decision as `lxd.jit` made it (in CG's `init`, told of the
-        # other solves of the same operator when there are several).
-        return dict(
-            source="lxd.jit(...).decisions(params, x): the solves' decisions",
-            jit_decisions=len(decisions),
-            strategy="+".join(d.strategy for d in decisions),
-            executions=executions,
-            decisions=[record(d) for d in decisions],
-        )
+        extra = dict(jit_decisions=len(decisions), executions=executions)
+        return out | (extra if solve else {})
+    if not solve:
+        return dict(strategy="(none)", source="lxd.jit decisions: none")
     solver = make_solver(AUTOS[0])
     prepared = eqx.filter_eval_shape(
         lambda p: solver.prepare(eqx.combine(p, static)), params
