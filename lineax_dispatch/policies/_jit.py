@@ -107,27 +107,28 @@ class _CompileAware:
 
         return traced
 
+    def _trace(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
+        """One trace of `fun` in a session of its own (told `hints`, see
+        `_shared_solves.py`): `((jitted, box, context, traced), session)`."""
+        active = Session(solve_hints=hints)
+        box = OutputBox()
+        jitted = jax.jit(self.traceable(split, box), **self._passed)
+        context = ("lxd.jit", active.token)
+        with session(active), PASS_CONTEXT(context):
+            traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+        return (jitted, box, context, traced), active
+
     def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:
         """Traces `fun` once for these arguments and reads the program: `(traced,
-        session, actions, auto groups)` (see `plan_program`)."""
-        hints: dict = {}
-        while True:
-            active = Session(solve_hints=hints)
-            box = OutputBox()
-            jitted = jax.jit(self.traceable(split, box), **self._passed)
-            context = ("lxd.jit", active.token)
-            with session(active), PASS_CONTEXT(context):
-                traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
-            if hints:
-                break
-            # Solves repeated with the same operator that are better decided
-            # together (one matrix build for all): traced once more, told so. The
-            # only case of a second trace.
-            hints = shared_solve_hints(traced.jaxpr.jaxpr, active)
-            if not hints:
-                break
-        actions, autos = plan_program(traced.jaxpr, active)
-        return (jitted, box, context, traced), active, actions, autos
+        session, actions, auto groups)` (see `plan_program`). Solves repeated with
+        the same operator that are better decided together (one matrix build for
+        all) are traced once more, told so: the only case of a second trace."""
+        stages, active = self._trace(split, {})
+        hints = shared_solve_hints(stages[-1].jaxpr.jaxpr, active)
+        if hints:
+            stages, active = self._trace(split, hints)
+        actions, autos = plan_program(stages[-1].jaxpr, active)
+        return stages, active, actions, autos
 
     def _prepare(self, split: Arguments) -> Compiled:
         entry = self._compiled.get(split.key)
