@@ -19,7 +19,7 @@ import jax
 import jax.tree_util as jtu
 
 from ._materialise import Materialise
-from ._program import find_groups, same_arrays
+from ._program import find_groups, Group, same_arrays
 from ._registry import (
     current_session,
     equation_site,
@@ -38,11 +38,12 @@ def _operator_arrays(operator: Any) -> list[jax.ShapeDtypeStruct]:
     ]
 
 
-def _repeats(jaxpr: Any, record: SolveRecord) -> int:
-    """How many top-level calls of one computation, all with this solve's operator
-    arrays, were made from the line of `record`'s solve (1 if none is repeated)."""
+def _repeats(jaxpr: Any, groups: list[Group], record: SolveRecord) -> int:
+    """How many top-level calls of one computation (one of `groups`, the program's),
+    all with this solve's operator arrays, were made from the line of `record`'s
+    solve (1 if none is repeated)."""
     arrays = _operator_arrays(record.operator)
-    for group in find_groups(jaxpr).values():
+    for group in groups:
         if len(group.sites) < 2 or group.nested:
             continue
         if equation_site(jaxpr.eqns[group.sites[0]]) != record.site:
@@ -73,10 +74,11 @@ def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
     A dict, empty when no solve's decision changes.
     """
     hints: dict[tuple, int] = {}
+    groups = list(find_groups(jaxpr).values()) if active.solves else []
     for record in active.solves:
         if isinstance(record.decision.policy, Materialise):
             continue
-        k = _repeats(jaxpr, record)
+        k = _repeats(jaxpr, groups, record)
         if k < 2:
             continue
         policy = record.operator.policy
