@@ -46,7 +46,11 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_batch_solve_sharded_over_eight_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    # Eight host devices, on top of the suite's flags (conftest).
+    flags = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
+    env = dict(os.environ, XLA_FLAGS=flags.strip())
     env.pop("JAX_PLATFORMS", None)
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT],
