@@ -169,7 +169,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             if self.stabilise_every is None:
                 refresh = jnp.array(False)
             else:
-                refresh = step_taken & (step % self.stabilise_every == 0)
+                refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
             b_scale, finite = system.from_first_residual(
                 ~s.started, out, self.b_scale, (s.b_scale, s.finite)
             )
@@ -194,7 +194,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        finite_state = jnp.isfinite(s.gamma) & all_finite(s.r) & all_finite(s.y)
+        finite_state = jnp.isfinite(s.gamma) & all_finite(jnp.stack([s.r, s.y]))
         return self.loop_end(
             system,
             s,
