@@ -5,12 +5,13 @@ import tempfile
 
 
 # The tests' programs are small and most are compiled once, so the suite's time is
-# mostly XLA:CPU compiling them. Two compiler settings that change how the CPU
-# code is generated, not the program (XLA's HLO passes, which decide what the
-# tests count, such as fusions and dot products, run as always):
-# `--xla_backend_optimization_level=0` (no LLVM optimisation of the generated code)
-# and `--xla_cpu_use_fusion_emitters=false` (XLA's elemental emitters for fusions,
-# much quicker to compile than its MLIR fusion emitters). pytest on two cores on
+# mostly XLA:CPU compiling them. Two compiler settings change how the CPU code is
+# generated, not what it computes: `--xla_backend_optimization_level=0` (no LLVM
+# optimisation of the generated code) and `--xla_cpu_use_fusion_emitters=false`
+# (XLA's elemental emitters for fusions, much quicker to compile than its MLIR
+# fusion emitters; the compiled HLO then groups element-wise code into fusions
+# differently, while the dot products the tests count stay as they are, and where
+# a test compares HLO with lineax's both are compiled so). pytest on two cores on
 # this machine: 775 s as is, 521 s with the first, 322 s with both. Set before jax
 # starts its CPU backend; the example and sharding subprocesses inherit them. A
 # setting the caller gave wins. (A jax whose XLA no longer knows a flag stops at
