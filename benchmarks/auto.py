@@ -59,13 +59,13 @@ policy of lineax-dispatch, under plain lineax, and under `Auto`:
     (runs=100) and `policy=lxd.Auto(runs=1)`, compiled with `lxd.jit`, which traces
     the program once, reads each operator's call sites and the cost of its `mv`
     from the traced program, decides and rewrites it: all of that is in Auto's
-    time. For "mv" the decision is `jitted.decisions(params, x)`; for "solve" it is
-    made
-    inside `CG.prepare` (once per solve, as one call site run the solver's
-    expected number of iterations), and the strategy reported is what
-    `solver.prepare(op)` returns (evaluated with `eqx.filter_eval_shape`, after the
-    timing), with the reasons from `op.policy.decision(op, call_sites=1,
-    executions=expected_iterations(200, n))`, the call `prepare` makes.
+    time. The strategy reported is `jitted.decisions(params, x)` (after the
+    timing): for "mv" the program's decision; for "solve" those made in `CG`'s
+    `init` (one call site run the solver's expected number of iterations), told
+    by `lxd.jit` of repeated solves of one operator. Only where `lxd.jit` records
+    no decision for a solve is the strategy what `solver.prepare(op)` returns
+    (evaluated with `eqx.filter_eval_shape`), with the reasons from
+    `op.policy.decision(op, call_sites=1, executions=expected_iterations(200, n))`.
 
 How the operator reaches the compiled program (as in `harness`): each measurement
 builds a fresh operator, its function `eqx.Partial(new_function_object, *arrays)`
