@@ -1,32 +1,7 @@
-"""What the benchmarks share: the environment record, timing, the dense-layer
-operators, the command line, text tables, plots and the results files.
-
-Timing of a jitted program `f(params, arg)` (`time_program`), with the operator's
-arrays as `params` and its static part closed over, as `equinox.filter_jit` would
-split it (`split_program`):
-
-- trace, lower, compile: `traced = jax.jit(f).trace(params, arg)`,
-  `lowered = traced.lower()`, `lowered.compile()` (`compile_stages`);
-- first call: the first execution (`block_until_ready`); for dot-heavy code
-  XLA:CPU defers part of its compile work to it, and `Outline` compiles its callee
-  then;
-- run: the median of further executions, as many as fit in `RUN_BUDGET_S`, at
-  least `min_runs` and at most `MAX_RUNS`.
-
-"compile total" = trace + lower + compile + (first call - run).
-
-The dense-layer chain, the benchmarks' expensive matrix-free operator:
-`B x = s_L * (W_L @ (... s_1 * (W_1 @ x)))` with `L` dense `n x n` float32 layers
-`W_i ~ N(0, 1/n)` and per-layer elementwise scales `s_i ~ U(0.5, 1.5)` (so that
-XLA sees `L` separate matmuls), and its Gram map `x -> B^T (B x)` with the
-transpose applied by hand (`W_1^T (s_1 * ... W_L^T (s_L * y))`, each `W^T y`
-written `y @ W`: `w.T @ y` makes XLA:CPU copy the transposed matrix on every
-call). The functions take the arrays as arguments, so that a benchmark can wrap a
-new function object around them in an `eqx.Partial`: with `closure_convert=False`
-the arrays are then the operator's arrays (jit arguments, not HLO constants) and
-the new function makes the operator's static part new, so no cache of jax or
-equinox carries over between measurements.
-"""
+"""What the benchmarks share: the environment record, timing (`time_program`,
+`compile_stages`), the dense-layer operators (`chain_layers`, `spd_layers`), the
+command line, text tables, plots and the results files. How they time and what the
+dense-layer chain is: docs/benchmarks.md, "How the benchmarks measure"."""
 
 import argparse
 import importlib.util
@@ -166,13 +141,15 @@ def relative_error(out, reference) -> float:
 
 
 def decision_record(decision, **extra) -> dict:
-    """An `lxd` decision for the JSON: strategy, policy, reasons, `extra`, memory."""
+    """An `lxd` decision for the JSON: strategy, policy, reasons, `extra`, memory
+    and each strategy's estimated seconds."""
     return dict(
         strategy=decision.strategy,
         policy=repr(decision.policy),
         reasons=list(decision.reasons),
         **extra,
         memory_needed=int(decision.memory_needed),
+        estimates={e.strategy: e.seconds for e in decision.estimates},
     )
 
 
@@ -375,6 +352,14 @@ def plain_log_ticks(ax) -> None:
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def log_axis(ax, ylim: tuple[float, float], ticks: Sequence[float]) -> None:
+    """A log y axis over `ylim` with plain labels at those of `ticks` within it."""
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    ax.set_ylim(*ylim)
+    ax.set_yticks([t for t in ticks if ylim[0] <= t <= ylim[1]])
 
 
 def jax_label(openblas: bool = False) -> str:

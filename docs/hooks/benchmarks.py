@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 SITE_DIR = "benchmark-results"
 PAGE = "benchmarks.md"
+AUTO_WORST_SHOWN = 6  # per score, the cases of `auto` furthest from the best
 MARKER = re.compile(r"^<!-- bench (\S+) -->$", re.MULTILINE)
 ENV_KEYS = (
     "machine",
@@ -213,30 +214,19 @@ def _auto(data: dict) -> str:
         [
             (
                 f"{runs} run(s)",
-                w["case"],
-                w["best"],
-                w["auto_choice"],
-                f"{w['auto_over_best']:.2f}x",
+                f"{case['kind']}/{case['workload']} n={case['n']} k={case['k']} "
+                f"L={case['layers']}",
+                case["scores"][runs]["best"],
+                case["scores"][runs]["auto_choice"],
+                f"{case['scores'][runs]['auto_over_best']:.2f}x",
             )
-            for runs, cases in data["worst_cases"].items()
-            for w in cases
+            for runs in scores
+            for case in sorted(
+                data["cases"], key=lambda c: -c["scores"][runs]["auto_over_best"]
+            )[:AUTO_WORST_SHOWN]
         ],
     )
-    out = f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
-    check = data.get("sites_check")
-    if check:
-        k0, k1 = check["sites"][0], check["sites"][-1]
-        rows = [
-            (name, f"{check[name]['ratio']:.2f}x")
-            for name in ("lineax", "Auto")
-            if name in check
-        ]
-        out += (
-            f"\n\nCompile total at {k1} call sites over {k0} (n={check['n']}, "
-            f"{check['layers']} layers; Auto under `lxd.jit`):\n\n"
-            + _table(("variant", f"k={k1} / k={k0}"), rows)
-        )
-    return out
+    return f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
 
 
 def _batch(data: dict) -> str:
