@@ -1,105 +1,48 @@
 """Compile time and run time of lineax-dispatch's iterative solvers against their
-lineax counterparts, for an expensive matrix-free operator.
+lineax counterparts, for an expensive matrix-free SPD operator, with the copies of
+`mv` in each compiled program and the runs of the user's function while compiling.
 
-What is measured
-----------------
-
-The operator is a plain `lineax.FunctionLinearOperator` (`closure_convert=False`,
-the function an `eqx.Partial` holding the weights, so that they are the operator's
-arrays and jit arguments; tagged `lx.positive_semidefinite_tag`) whose function is
-the SPD map of `harness.spd_function`, `A x = SHIFT * x + B^T (B x)`, `B` the
-dense-layer chain (`L` layers, so one `mv` is `2 L` matrix-vector products) with
-its scales multiplied by a common factor that makes the largest eigenvalue of
-`B^T B` about 1: the spectrum of `A` lies in about `[SHIFT, 1 + SHIFT]`
-(condition number about 50) and CG converges in a few tens of steps at
-`rtol = atol = 1e-5`.
-
-Pairs (ours vs lineax's counterpart), with the same `rtol`, `atol` and
-`max_steps` on both sides and lineax's defaults for everything else: `PAIRS`
-(lineax has no MINRES: `minres` is compared with lineax's CG). A pair whose
-lineax-dispatch solver does not exist or cannot be built is skipped with a note; a
-pair whose measurement raises is reported as failed and the others are still
-measured.
-
-For each solver (each side of each pair), with a freshly built operator each time
-(a new function object, hence a new static part, so that no cache of jax or
-equinox carries over), the program
-
-    f(params, b) = lx.linear_solve(op(params), b, solver, throw=False)
-
-(returning the solution, `stats["num_steps"]` and the result code) is timed as in
-`harness.time_program`, with at least 5 runs. Each solver is measured `--repeats`
-times (default 3; lineax and ours alternate), and the repeat with the median
-compile total is reported (all repeats' compile totals and run times are in the
-JSON). The same is done for ONE bare `op.mv`, and each solver's compile total is
-also reported as a multiple of it. Before the measurements one bare `mv` is
-measured at the real size and discarded (warm-up).
-
-Also reported per solver:
-
-- `mv` copies in the compiled program: the `dot` instructions of the optimised
-  HLO that take an `n x n` operand, divided by `2 L`;
-- f traces: how many times the user's Python function runs while tracing,
-  compiling and first calling the solve, counted on a small operator (n=16, two
-  layers, closed over); this also warms up the Python side of every solver;
-- the relative residual `|A x - b| / |b|` of the solution and the relative
-  difference between the two sides' solutions.
-
-How to run
-----------
+What is measured and how: docs/benchmarks.md, "Solvers". This file reads top to
+bottom: constants, cases, measurement, report, command line.
 
     python -m benchmarks.solvers                          # n=1024, L=32, all pairs
     python -m benchmarks.solvers --quick --solvers cg     # n=128, L=4, 1 repeat
     python -m benchmarks.solvers --solvers cg,bicgstab --repeats 5
 
-Results: `benchmarks/results/solvers.json` and `solvers.png` (`--out DIR`). The
-ratios, tables and plot are in `_solvers_report.py` (one file would be some 580
-lines).
+Results: `benchmarks/results/solvers.json` and `solvers.png` (`--out DIR`).
 """
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import lineax as lx
 
+import lineax_dispatch as lxd
 from benchmarks import harness
-from benchmarks._solvers_report import (
-    ACCEPTANCE,
-    acceptance,
-    add_ratios,
-    format_details,
-    format_summary,
-    format_table,
-    plot,
-    SIDES,
-)
 from benchmarks.harness import SEED, SHIFT
-from lineax_dispatch import solvers as ours_module
 
 
 FULL = dict(n=1024, layers=32, repeats=3)
 QUICK = dict(n=128, layers=4, repeats=1)
 RTOL = ATOL = 1e-5
 MAX_STEPS = 500
-# At least MIN_RUNS steady calls (more than callsites' 3: the run-time ratio is
-# one of the things judged).
-MIN_RUNS = 5
-# The small operator of the f-trace count.
-COUNT_N, COUNT_LAYERS = 16, 2
-
-
-# ------------------------------------------------------------------ cases
-
-
-# Each pair: ours (of `lineax_dispatch.solvers`) and lineax's counterpart, as names
-# of solver classes; "Normal" is `Normal(CG)`.
+MIN_RUNS = 5  # steady calls at least (the run-time ratio is one of the things judged)
+COUNT_N, COUNT_LAYERS = 16, 2  # the small operator of the f-trace count
+SIDES = ("lineax", "ours")
+# Each pair: ours (`lxd.<name>`) and lineax's counterpart (`lx.<name>`); "Normal"
+# is `Normal(CG)`; lineax has no MINRES.
 PAIRS = dict(
     cg=("CG", "CG"), bicgstab=("BiCGStab", "BiCGStab"), gmres=("GMRES", "GMRES"),
     lsmr=("LSMR", "LSMR"), normal=("Normal", "Normal"), minres=("MINRES", "CG"),
 )  # fmt: skip
+# The figures judged for CG and BiCGStab: ours over lineax's compile and run.
+ACCEPTANCE = dict(solvers=("cg", "bicgstab"), compile_ratio=0.6, run_ratio=1.05)
+
+
+# ------------------------------------------------------------------ cases
 
 
 def solver_name(key: str, side: str) -> str:
@@ -111,35 +54,15 @@ def solver_name(key: str, side: str) -> str:
 
 
 def make_solver(key: str, side: str, max_steps: int):
-    """The solver of one side of a pair."""
-    module, name = (
-        (ours_module, PAIRS[key][0]) if side == "ours" else (lx, PAIRS[key][1])
-    )
+    """The solver of one side of a pair, with the same tolerances on both sides."""
+    module, name = (lxd, PAIRS[key][0]) if side == "ours" else (lx, PAIRS[key][1])
+    tolerances = dict(rtol=RTOL, atol=ATOL, max_steps=max_steps)
     if name == "Normal":
-        return module.Normal(module.CG(rtol=RTOL, atol=ATOL, max_steps=max_steps))
-    return getattr(module, name)(rtol=RTOL, atol=ATOL, max_steps=max_steps)
+        return module.Normal(module.CG(**tolerances))
+    return getattr(module, name)(**tolerances)
 
 
-def available_pairs(keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The selected pairs whose lineax-dispatch solvers exist and build, and a
-    note for each one skipped."""
-    pairs, skipped = [], {}
-    for key in keys:
-        needs = ("Normal", "CG") if PAIRS[key][0] == "Normal" else PAIRS[key][:1]
-        missing = [name for name in needs if not hasattr(ours_module, name)]
-        if missing:
-            skipped[key] = "lineax_dispatch.solvers has no " + ", ".join(missing)
-            continue
-        try:
-            make_solver(key, "ours", MAX_STEPS)
-        except Exception as e:
-            skipped[key] = f"{solver_name(key, 'ours')} cannot be built: {e!r}"
-            continue
-        pairs.append(key)
-    return pairs, skipped
-
-
-def solve_body(solver) -> Callable:
+def solve_body(solver):
     """`(op, b) ->` the solve's (value, num_steps, result code)."""
 
     def solve(op, b):
@@ -166,12 +89,8 @@ _INSTRUCTION = re.compile(
 def count_matmuls(compiled, n: int) -> int:
     """`dot` instructions of the optimised HLO with an `n x n` operand (each copy of
     `mv` in the program has `2 L` of them)."""
-    try:
-        text = compiled.as_text()
-    except Exception:  # pragma: no cover - backend without HLO text
-        return -1
     shapes, dots = {}, []
-    for match in filter(None, map(_INSTRUCTION.match, text.splitlines())):
+    for match in filter(None, map(_INSTRUCTION.match, compiled.as_text().splitlines())):
         name, shape, opcode, rest = match.groups()
         shapes[name] = shape
         if opcode == "dot":
@@ -180,7 +99,7 @@ def count_matmuls(compiled, n: int) -> int:
     return sum(any(shapes.get(o) == square for o in operands) for operands in dots)
 
 
-def measure(body: Callable, weights, scales, arg, n: int) -> tuple[dict, object]:
+def measure(body, weights, scales, arg, n: int) -> tuple[dict, object]:
     """Times `body(op, arg)` on a fresh operator, with its HLO matmul count."""
     op = harness.spd_operator(harness.spd_function(weights, scales), n)
     program, params, _ = harness.split_program(op, body)
@@ -189,17 +108,10 @@ def measure(body: Callable, weights, scales, arg, n: int) -> tuple[dict, object]
     return timings, out
 
 
-def measure_mv(weights, scales, n: int) -> dict:
-    """One bare `mv`."""
-    x = jax.random.normal(jax.random.key(SEED + 1), (n,), jnp.float32)
-    return measure(lambda op, x: op.mv(x), weights, scales, x, n)[0]
-
-
 def measure_solve(solver, weights, scales, b, n: int) -> tuple[dict, jax.Array]:
     """One solve, with its steps and result."""
-    timings, (value, num_steps, result) = measure(
-        solve_body(solver), weights, scales, b, n
-    )
+    body = solve_body(solver)
+    timings, (value, num_steps, result) = measure(body, weights, scales, b, n)
     timings["num_steps"] = int(num_steps)
     timings["run_per_step_s"] = timings["run_s"] / max(int(num_steps), 1)
     timings["result"] = result_name(int(result))
@@ -216,23 +128,23 @@ def count_f_traces(solver, mv_only: bool = False) -> dict:
     """Runs of the user's Python function while tracing / compiling and first
     calling a solve (or one bare mv) on a small operator."""
     weights, scales, _ = harness.spd_layers(COUNT_N, COUNT_LAYERS, SEED + 2)
-    spd = harness.spd_function(weights, scales)
-    counter = [0]
+    spd, counter = harness.spd_function(weights, scales), [0]
 
     def counted(x):
         counter[0] += 1
         return spd(x)
 
     op = harness.spd_operator(counted, COUNT_N)
-    b = jnp.ones((COUNT_N,), jnp.float32)
     mv = lambda b: op.mv(b)
     solve = lambda b: lx.linear_solve(op, b, solver, throw=False).value
+    b = jnp.ones((COUNT_N,), jnp.float32)
     trace, rest = harness.count_runs(mv if mv_only else solve, b, counter)
     return dict(trace=trace, compile_and_first_call=rest, total=trace + rest)
 
 
 def measure_pair(args, key: str, weights, scales, b, bare_mv: dict) -> dict:
-    """Both sides of a pair, alternating, `args.repeats` times."""
+    """Both sides of a pair, alternating, `args.repeats` times, the median kept;
+    ours over lineax (compile, run, run per step) and each over one bare mv."""
     solvers = {side: make_solver(key, side, args.max_steps) for side in SIDES}
     f_traces = {side: count_f_traces(solvers[side]) for side in SIDES}
     trials = {side: [] for side in SIDES}
@@ -242,59 +154,153 @@ def measure_pair(args, key: str, weights, scales, b, bare_mv: dict) -> dict:
                 measure_solve(solvers[side], weights, scales, b, args.n)
             )
     names = {side: solver_name(key, side) for side in SIDES}
-    row = dict(
-        label=f"{names['lineax']}\nvs {names['ours']}",
-        lineax_solver=names["lineax"],
-        ours_solver=names["ours"],
-        layers=args.layers,
-    )
+    row = dict(label=f"{names['lineax']}\nvs {names['ours']}", layers=args.layers)
+    row.update(lineax_solver=names["lineax"], ours_solver=names["ours"])
     values = {}
     for side in SIDES:
-        timings, values[side] = pick_median(trials[side])
+        t, values[side] = pick_median(trials[side])
+        row[side] = t
+        t.update(f_traces=f_traces[side], solver_repr=repr(solvers[side]))
         ax = harness.spd_function(weights, scales)(values[side])
-        timings["f_traces"] = f_traces[side]
-        timings["relative_residual"] = harness.relative_error(ax, b)
-        timings["solver_repr"] = repr(solvers[side])
-        row[side] = timings
+        t["relative_residual"] = harness.relative_error(ax, b)
+        t["compile_over_bare_mv"] = t["compile_total_s"] / bare_mv["compile_total_s"]
     row["relative_difference_ours_vs_lineax"] = harness.relative_error(
         values["ours"], values["lineax"]
     )
-    add_ratios(row, bare_mv)
+    # The two sides may stop at different steps (float32 rounding in the stopping
+    # test): the run time per step separates the cost of a step from that.
+    for name, field in (("compile", "compile_total_s"), ("run", "run_s"),
+                        ("run_per_step", "run_per_step_s")):  # fmt: skip
+        row[f"{name}_ratio_ours_over_lineax"] = (
+            row["ours"][field] / row["lineax"][field]
+        )
     return row
 
 
-def run_all(args, pairs: list[str], weights, scales) -> tuple[dict, dict, dict]:
+def run_all(args, weights, scales) -> tuple[dict, dict, dict]:
     """The results per pair, the bare-mv reference and a note for each pair whose
     measurement raised (the others are still measured)."""
     b = jax.random.normal(jax.random.key(SEED + 3), (args.n,), jnp.float32)
-    measure_mv(weights, scales, args.n)  # warm-up, discarded
-    bare_mv, _ = pick_median(
-        [(measure_mv(weights, scales, args.n), None) for _ in range(args.repeats)]
-    )
+    x = jax.random.normal(jax.random.key(SEED + 1), (args.n,), jnp.float32)
+    bare = lambda: measure(lambda op, x: op.mv(x), weights, scales, x, args.n)
+    bare()  # warm-up, discarded
+    bare_mv, _ = pick_median([bare() for _ in range(args.repeats)])
     bare_mv["f_traces"] = count_f_traces(None, mv_only=True)
-    print(
-        f"  bare mv        compile total {bare_mv['compile_total_s']:8.3f} s"
-        f"   run {bare_mv['run_s'] * 1e3:9.2f} ms   f traces "
-        f"{bare_mv['f_traces']['total']}",
-        flush=True,
-    )
+    print(f"  bare mv        compile total {bare_mv['compile_total_s']:8.3f} s   run "
+          f"{bare_mv['run_s'] * 1e3:9.2f} ms   f traces "
+          f"{bare_mv['f_traces']['total']}", flush=True)  # fmt: skip
     results, failed = {}, {}
-    for key in pairs:
+    for key in args.solvers:
         try:
             results[key] = row = measure_pair(args, key, weights, scales, b, bare_mv)
-        except Exception as e:
+        except Exception as e:  # reported; the other pairs are still measured
             failed[key] = f"{type(e).__name__}: {e}"
             print(f"  {key:<9}FAILED: {failed[key]}", flush=True)
             continue
         for side, t in ((side, row[side]) for side in SIDES):
-            print(
-                f"  {key:<9}{side:<7}compile total {t['compile_total_s']:8.3f} s"
-                f"   run {t['run_s'] * 1e3:9.2f} ms   steps {t['num_steps']:>4}"
-                f"   {t['result']}   rel.resid {t['relative_residual']:.1e}"
-                f"   f traces {t['f_traces']['total']}",
-                flush=True,
-            )
+            print(f"  {key:<9}{side:<7}compile total {t['compile_total_s']:8.3f} s"
+                  f"   run {t['run_s'] * 1e3:9.2f} ms   steps {t['num_steps']:>4}"
+                  f"   {t['result']}   rel.resid {t['relative_residual']:.1e}"
+                  f"   f traces {t['f_traces']['total']}", flush=True)  # fmt: skip
     return results, bare_mv, failed
+
+
+# ------------------------------------------------------------------ report
+
+
+def acceptance(results: dict) -> dict:
+    """For CG and BiCGStab: the compile and run ratios against `ACCEPTANCE`."""
+    out = {}
+    for key in (k for k in ACCEPTANCE["solvers"] if k in results):
+        compile_ratio = results[key]["compile_ratio_ours_over_lineax"]
+        run_ratio = results[key]["run_ratio_ours_over_lineax"]
+        compile_met = compile_ratio <= ACCEPTANCE["compile_ratio"]
+        run_met = run_ratio <= ACCEPTANCE["run_ratio"]
+        out[key] = dict(compile_ratio=compile_ratio, run_ratio=run_ratio,
+                        compile_met=compile_met, run_met=run_met,
+                        met=compile_met and run_met)  # fmt: skip
+    return out
+
+
+def format_results(results: dict, bare_mv: dict, accept: dict, failed: dict) -> str:
+    """Per pair both sides' compile and run, their ratios, steps, f traces, compile
+    over a bare mv and the copies of `mv` in the HLO; per solver the timing stages;
+    the bare mv, solution differences, the acceptance criteria, the failures."""
+    both = lambda f: lambda r: f"{f(r['lineax'])}/{f(r['ours'])}"
+    copies = lambda r: both(lambda t: f"{t['matmuls_in_hlo'] / (2 * r['layers']):g}")
+    columns = (
+        ("solver", lambda r: r["key"]),
+        ("compile s (lineax/ours)", both(lambda t: f"{t['compile_total_s']:.3f}")),
+        ("ours/lineax", lambda r: f"{r['compile_ratio_ours_over_lineax']:.2f}x"),
+        ("run ms (lineax/ours)", both(lambda t: f"{t['run_s'] * 1e3:.1f}")),
+        ("ours/lineax", lambda r: f"{r['run_ratio_ours_over_lineax']:.3f}x"),
+        ("steps", both(lambda t: t["num_steps"])),
+        ("f traces", both(lambda t: t["f_traces"]["total"])),
+        ("compile / bare mv", both(lambda t: f"{t['compile_over_bare_mv']:.1f}x")),
+        ("mv copies in HLO", lambda r: copies(r)(r)),
+    )
+    rows = [dict(row, key=key) for key, row in results.items()]
+    stages = [("solver", lambda t: t["key"]), ("side", lambda t: t["side"])]
+    stages += harness.stage_columns() + [("result", lambda t: t["result"])]
+    stages += [("rel.resid", lambda t: f"{t['relative_residual']:.1e}")]
+    items = [
+        dict(row[side], key=row["key"], side=side) for row in rows for side in SIDES
+    ]
+    lines = [harness.column_table(columns, rows), harness.column_table(stages, items)]
+    lines += [f"bare mv: compile total {bare_mv['compile_total_s']:.3f} s, run "
+              f"{bare_mv['run_s'] * 1e3:.2f} ms, {bare_mv['matmuls_in_hlo']} matmuls "
+              "in HLO"]  # fmt: skip
+    lines += [f"{key}: |x_ours - x_lineax| / |x_lineax| = "
+              f"{row['relative_difference_ours_vs_lineax']:.1e}; run per step "
+              f"ours/lineax {row['run_per_step_ratio_ours_over_lineax']:.3f}x"
+              for key, row in results.items()]  # fmt: skip
+    met = harness.met
+    lines += [f"acceptance {key}: compile {a['compile_ratio']:.2f}x (<= "
+              f"{ACCEPTANCE['compile_ratio']}: {met(a['compile_met'])}), run "
+              f"{a['run_ratio']:.3f}x (<= {ACCEPTANCE['run_ratio']}: "
+              f"{met(a['run_met'])})" for key, a in accept.items()]  # fmt: skip
+    lines += [f"not measured: {key} ({why})" for key, why in failed.items()]
+    return "\n\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:])
+
+
+def plot(results: dict, bare_mv: dict, config: dict, path) -> None:
+    """Compile total (labelled with f traces) and run time (labelled with steps)
+    per pair, both sides, against one bare mv."""
+    plt = harness.pyplot()
+    keys = list(results)
+    fig, axes = plt.subplots(1, 2, figsize=(max(11, 2.0 * len(keys) + 5), 4.8))
+    width, xs = 0.38, range(len(keys))
+    compile_title = "compile total (trace+lower+compile+first-call extra)"
+    run_title = "run time per solve (median)"
+    panels = (("compile_total_s", 1.0, compile_title, "seconds", "--"),
+              ("run_s", 1e3, run_title, "milliseconds", ":"))  # fmt: skip
+    for ax, (field, scale, title, ylabel, line) in zip(axes, panels):
+        for offset, side in ((-1, "lineax"), (1, "ours")):
+            values = [results[k][side][field] * scale for k in keys]
+            at = [x + offset * width / 2 for x in xs]
+            name = "lineax" if side == "lineax" else "lineax-dispatch"
+            bars = ax.bar(at, values, width, label=name)
+            if field == "compile_total_s":
+                labels = [f"{results[k][side]['f_traces']['total']}f" for k in keys]
+            else:
+                labels = [f"{results[k][side]['num_steps']} st" for k in keys]
+            ax.bar_label(bars, labels=labels, fontsize=7)
+        ax.set_xticks(list(xs), [results[k]["label"] for k in keys], fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        bare = bare_mv[field] * scale
+        shown = f"{bare:.2f} s" if field == "compile_total_s" else f"{bare:.3g} ms"
+        ax.axhline(bare, color="k", ls=line, lw=1, label=f"one bare mv ({shown})")
+        ax.legend(fontsize=8)
+    fig.text(0.5, 0.005, "bar labels: f = runs of the Python function while "
+             "compiling (small operator, closure_convert=False); st = solver steps",
+             ha="center", fontsize=7)  # fmt: skip
+    fig.suptitle(f"SPD {config['layers']}-layer (x2) n={config['n']} float32 "
+                 f"FunctionLinearOperator, rtol=atol={config['rtol']:g}, "
+                 f"max_steps={config['max_steps']}\n"
+                 f"{harness.jax_label(openblas=True)}", fontsize=10)  # fmt: skip
+    harness.save(fig, path, rect=(0, 0.03, 1, 1))
 
 
 # ------------------------------------------------------------------ main
@@ -303,30 +309,14 @@ def run_all(args, pairs: list[str], weights, scales) -> tuple[dict, dict, dict]:
 def parse_args(argv: Sequence[str] | None = None):
     """The command line; sizes left out take the defaults (or `--quick`'s)."""
     parser = harness.parser(__doc__, FULL, QUICK)
-    parser.add_argument("--n", type=int, help=f"size (default {FULL['n']})")
-    parser.add_argument(
-        "--layers",
-        type=int,
-        help=f"layers of B (default {FULL['layers']}; one mv is 2x this many matvecs)",
-    )
-    parser.add_argument(
-        "--solvers",
-        type=harness.name_list(tuple(PAIRS)),
-        default=tuple(PAIRS),
-        help="comma-separated pairs among " + ",".join(PAIRS) + " (default all)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        help="fresh-operator repeats per solver, the median-compile one reported "
-        f"(default {FULL['repeats']}; {QUICK['repeats']} with --quick)",
-    )
-    parser.add_argument(
-        "--max-steps",
-        type=int,
-        default=MAX_STEPS,
-        help=f"max_steps of every solver, both sides (default {MAX_STEPS})",
-    )
+    add = parser.add_argument
+    add("--n", type=int, help=f"size (default {FULL['n']})")
+    add("--layers", type=int, help="layers of B (default 32; an mv is 2x as many)")
+    add("--solvers", type=harness.name_list(tuple(PAIRS)), default=tuple(PAIRS),
+        help=f"comma-separated pairs among {','.join(PAIRS)} (default all)")  # fmt: skip
+    add("--repeats", type=int, help="repeats per solver (median compile reported; "
+        f"default {FULL['repeats']}, {QUICK['repeats']} with --quick)")  # fmt: skip
+    add("--max-steps", type=int, default=MAX_STEPS, help="max_steps of every solver")
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
     return args
@@ -337,63 +327,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
     env = harness.environment()
-    config = dict(
-        n=args.n,
-        layers=args.layers,
-        matvecs_per_mv=2 * args.layers,
-        shift=SHIFT,
-        dtype="float32",
-        rtol=RTOL,
-        atol=ATOL,
-        max_steps=args.max_steps,
-        repeats=args.repeats,
-        solvers=list(args.solvers),
-        closure_convert=False,
-        tags=["positive_semidefinite_tag"],
-        seed=SEED,
-        operator_passed_as_jit_argument=True,
-        f_trace_count_operator=dict(
-            n=COUNT_N, layers=COUNT_LAYERS, closure_convert=False
-        ),
-    )
+    config = dict(n=args.n, layers=args.layers, matvecs_per_mv=2 * args.layers,
+                  shift=SHIFT, dtype="float32", rtol=RTOL, atol=ATOL, seed=SEED,
+                  max_steps=args.max_steps, repeats=args.repeats,
+                  solvers=list(args.solvers), closure_convert=False,
+                  tags=["positive_semidefinite_tag"],
+                  operator_passed_as_jit_argument=True, f_trace_count_operator=dict(
+                      n=COUNT_N, layers=COUNT_LAYERS))  # fmt: skip
     harness.print_setup(env, config)
-
-    pairs, skipped = available_pairs(args.solvers)
-    for key, why in skipped.items():
-        print(f"  skipping {key}: {why}", flush=True)
-    if not pairs:
-        print("nothing to measure")
-        return
-    weights, scales, factor = harness.spd_layers(args.n, args.layers)
-    config["scale_factor_per_layer"] = factor
-    results, bare_mv, failed = run_all(args, pairs, weights, scales)
+    weights, scales, config["scale_factor_per_layer"] = harness.spd_layers(
+        args.n, args.layers
+    )
+    results, bare_mv, failed = run_all(args, weights, scales)
     if not results:
-        print("every selected pair failed: " + repr(failed))
-        return
+        raise SystemExit("every selected pair failed: " + repr(failed))
     accept = acceptance(results)
     elapsed = time.perf_counter() - start
-
-    print()
-    print(format_table(results))
-    print()
-    print(format_details(results))
-    not_measured = {**skipped, **failed}
-    print(format_summary(results, bare_mv, args.layers, accept, not_measured))
+    print("\n" + format_results(results, bare_mv, accept, failed))
     print(f"total benchmark time: {elapsed:.1f} s")
-
-    payload = dict(
-        environment=env,
-        config=config,
-        skipped=skipped,
-        failed=failed,
-        bare_mv=bare_mv,
-        results=results,
-        acceptance=dict(criteria=ACCEPTANCE, results=accept),
-        total_seconds=elapsed,
-    )
-    harness.write_results(
-        args.out, "solvers", payload, lambda path: plot(results, bare_mv, config, path)
-    )
+    payload = dict(environment=env, config=config, failed=failed, bare_mv=bare_mv,
+                   results=results, total_seconds=elapsed)  # fmt: skip
+    payload["acceptance"] = dict(criteria=ACCEPTANCE, results=accept)
+    plot_to = lambda path: plot(results, bare_mv, config, path)
+    harness.write_results(args.out, "solvers", payload, plot_to)
 
 
 if __name__ == "__main__":
