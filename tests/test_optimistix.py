@@ -1,8 +1,6 @@
 """lineax-dispatch as the `linear_solver` of optimistix: Newton, Chord, GaussNewton,
-Dogleg, LevenbergMarquardt, IndirectLevenbergMarquardt and ImplicitAdjoint, under
-jit, vmap and grad, compared with optimistix's defaults.
-
-Each case checks its value, derivative and batch in one compiled call, against
+Dogleg, LevenbergMarquardt, IndirectLevenbergMarquardt and ImplicitAdjoint. Each case
+checks value, derivative (grad) and batch (vmap) in one jitted call against
 optimistix's default linear solver's (computed once per nonlinear solver)."""
 
 import functools as ft
