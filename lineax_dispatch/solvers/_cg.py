@@ -16,17 +16,22 @@ from ._base import (
     conj_options,
     transpose_options,
 )
-from ._flat import all_finite, dot, keep_conj, keep_linearise
+from ._flat import dot, keep_conj, keep_linearise
 from ._system import System
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
+# The loop's `stop` code: the last `p^T A p` was fine, negative (the operator
+# is not definite: `breakdown`) or too small (`singular`); the loop stops on either.
+_CURVATURE_OK, _CURVATURE_NEGATIVE, _CURVATURE_ZERO = 0, 1, 2
 
 
 class _Loop(NamedTuple):
     """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
     update `diff` and `gamma = <M r, r>`; `pending` marks a residual pass (the
-    first and every refresh); `b_scale` and `finite` describe the right-hand side."""
+    first and every refresh); `unconverged` is the stopping test of this state
+    (computed once, at the end of the pass that made it); `stop` says why the loop
+    stopped early, if it did; `b_scale` and `finite` describe the right-hand side."""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
@@ -35,9 +40,8 @@ class _Loop(NamedTuple):
     gamma: Inexact[Array, ""]
     step: Int[Array, ""]
     pending: Bool[Array, ""]
-    started: Bool[Array, ""]
-    breakdown: Bool[Array, ""]
-    singular: Bool[Array, ""]
+    unconverged: Bool[Array, ""]
+    stop: Int[Array, ""]
     finite: Bool[Array, ""]
     b_scale: Array
 
@@ -133,20 +137,15 @@ class CG(AbstractOneSiteSolver[_CGState]):
             gamma=zero,
             step=jnp.array(0),
             pending=jnp.array(True),
-            started=jnp.array(False),
-            breakdown=jnp.array(False),
-            singular=jnp.array(False),
+            unconverged=jnp.array(True),  # `diff` is infinite
+            stop=jnp.array(_CURVATURE_OK),
             finite=finite,
             b_scale=b_scale,
         )
 
         def cond_fun(s: _Loop):
-            going = s.finite & ~s.breakdown & ~s.singular
-            iterate = (
-                (jnp.real(s.gamma) > 0)
-                & (s.step < max_steps)
-                & self.not_converged(system, s)
-            )
+            going = s.finite & (s.stop == _CURVATURE_OK)
+            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps) & s.unconverged
             return going & (s.pending | iterate)
 
         def body_fun(s: _Loop):
@@ -159,8 +158,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
             ok = jnp.real(curvature) > threshold
             step_taken = ~pending & ok
             bad = ~pending & ~ok
-            breakdown = bad & (jnp.real(curvature) < -threshold)
-            singular = bad & ~breakdown
+            negative = jnp.real(curvature) < -threshold
+            code = jnp.where(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
             alpha = gamma / jnp.where(ok, curvature, 1)
             diff = jnp.where(step_taken, alpha * p, s.diff)
             y = jnp.where(step_taken, s.y + diff, s.y)
@@ -170,15 +169,17 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 refresh = jnp.array(False)
             else:
                 refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
+            # Only the first pass starts with `gamma == 0`: a later pass runs on a
+            # positive `gamma`, or refreshes the residual keeping such a one.
+            first = gamma == 0
             b_scale, finite = system.from_first_residual(
-                ~s.started, out, self.b_scale, (s.b_scale, s.finite)
+                first, out, self.b_scale, (s.b_scale, s.finite)
             )
             z = precond(r)
             gamma_new = dot(z, r)
-            beta = gamma_new / jnp.where(s.started, gamma, 1)
-            beta = jnp.where(s.started, beta, 0)
+            beta = jnp.where(first, 0, gamma_new / jnp.where(first, 1, gamma))
             advance = ~refresh & ~bad
-            return _Loop(
+            new = _Loop(
                 y=y,
                 r=r,
                 p=jnp.where(advance, z + beta * p, p),
@@ -186,22 +187,26 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 gamma=jnp.where(advance, gamma_new, gamma),
                 step=step,
                 pending=refresh,
-                started=jnp.array(True),
-                breakdown=s.breakdown | breakdown,
-                singular=s.singular | singular,
+                unconverged=s.unconverged,
+                stop=jnp.where(bad, code, _CURVATURE_OK),
                 finite=finite,
                 b_scale=b_scale,
             )
+            return new._replace(unconverged=self.not_converged(system, new))
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        finite_state = jnp.isfinite(s.gamma) & all_finite(jnp.stack([s.r, s.y]))
+        # `gamma = <M r, r>` is that of the final residual: every pass that changes
+        # `r` but not `gamma` is followed by one that does. (A non-finite iterate
+        # with a finite residual is left to `lx.linear_solve`'s own check of the
+        # solution.)
+        finite_state = jnp.isfinite(s.gamma)
         return self.loop_end(
             system,
             s,
             max_steps,
-            self.not_converged(system, s),
-            codes=((s.singular, lx.RESULTS.singular),),
-            breakdown=s.breakdown,
+            s.unconverged,
+            codes=((s.stop == _CURVATURE_ZERO, lx.RESULTS.singular),),
+            breakdown=s.stop == _CURVATURE_NEGATIVE,
             finite_state=finite_state,
         )
 
