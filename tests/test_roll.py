@@ -317,6 +317,44 @@ def test_unrolled_loops_share_one_branch():
         _close(lxd.jit(f)(x), jax.jit(lambda x: f(x))(x))
 
 
+def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
+    """`for i: x = op.mv(x); x = normalise(x, c_i)`: the last step's code is the
+    first equations after the loop; it runs in the loop's last step, so every step
+    shares one branch and the program has no `lax.switch`."""
+    from lineax_dispatch.policies._program import find_groups
+    from lineax_dispatch.policies._roll_plan import plan_roll
+
+    op = _operators(lxd.Roll())[0]
+
+    def f(x):
+        for i in range(6):
+            x = op.mv(x)
+            x = x * ((1.0 + 0.01 * i) / jnp.sqrt(jnp.vdot(x, x)))
+        return jnp.sin(x)
+
+    x = jnp.linspace(0.5, 1.5, N)
+    jaxpr = jax.make_jaxpr(f)(x).jaxpr
+    (group,) = find_groups(jaxpr).values()
+    plan = plan_roll(jaxpr, group.sites)
+    assert plan.classes == (0,) * 6 and plan.tail > 0
+
+    def primitives(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn.primitive.name
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                yield from primitives(sub)
+
+    names = set(primitives(jax.make_jaxpr(lxd.jit(f))(x).jaxpr))
+    assert "scan" in names and "cond" not in names
+    _close(lxd.jit(f)(x), jax.jit(f)(x))
+    loss = lambda x: jnp.sum(f(x) ** 2)
+    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
+    _close(lxd.jit(jax.grad(loss))(x), jax.jit(jax.grad(loss))(x))
+    _close(jax.jvp(lxd.jit(f), (x,), (jnp.cos(x),)), jax.jvp(f, (x,), (jnp.cos(x),)))
+    xs = jnp.stack([x, 2 * x])
+    _close(jax.vmap(lxd.jit(f))(xs), jax.vmap(f)(xs))
+
+
 @jax.jit
 def _user_function(x):
     for i in range(40):

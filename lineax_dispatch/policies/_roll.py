@@ -15,7 +15,10 @@ number is the scan's own input, so it stays unbatched under `vmap`.
 
 Steps whose code is the same up to literal constants (a Python-unrolled loop
 `x = op.mv(c_i * x)`) share one branch and read their literals from a table
-indexed by the step, so such a program becomes a plain loop.
+indexed by the step, so such a program becomes a plain loop. Where the code after
+the last call begins with the code between two calls (`for i: x = op.mv(x);
+x = g(x, c_i)`, whose last `g` follows the last call), the last step runs it too
+and shares their branch (`RollPlan.tail`).
 
 The rewrite is an interpreter: it evaluates the jaxpr's equations with
 `primitive.bind`, so `jax.jit`, `grad`, `jvp` and `vmap` of the rolled program see
@@ -117,8 +120,11 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     k = len(sites)
     calls = [eqns[i] for i in sites]
     call = calls[0]
+    # The last step's code is the `plan.tail` equations after its call (none
+    # unless they repeat the code between two calls).
+    tail = sites[-1] + 1 + plan.tail
     segments = [
-        eqns[sites[j] + 1 : sites[j + 1]] if j + 1 < k else [] for j in range(k)
+        eqns[sites[j] + 1 : sites[j + 1] if j + 1 < k else tail] for j in range(k)
     ]
 
     # The callee's code that reads only invariant inputs runs once, before the loop.
@@ -217,7 +223,8 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 )
             return (new_args, new_slots, outs), None
 
-        (_, slots, outs), _ = lax.scan(body, (args0, slots0, outs0), jnp.arange(k))
+        carry = (args0, slots0, outs0)
+        (args, slots, outs), _ = lax.scan(body, carry, jnp.arange(k))
         env = dict(outer)
         env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)
         env.update(
@@ -225,7 +232,8 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             for v, x in zip(calls[-1].outvars, outs)
             if not isinstance(v, jex.DropVar)
         )
-        eval_eqns(eqns[sites[-1] + 1 :], env)
+        env.update(zip(plan.last_next, args))  # the last step's next input
+        eval_eqns(eqns[tail:], env)
         return [read(env, v) for v in jaxpr.outvars]
 
     return run

@@ -48,6 +48,12 @@ class RollPlan:
     - `tables`: per branch, `{literal key: values per step}` for the literals that
         differ between the steps it runs (keys `("eqn", i, q)` for input `q` of
         equation `i` of the segment, `("next", p)` for the next call's input `p`).
+    - `tail`: how many of the equations after the last call the last step runs
+        (they repeat the code between two calls, so that the last step shares
+        their branch); the program's remaining equations run after the loop.
+    - `last_next`: where `tail` is not 0, per varying input, the variable of those
+        equations that a next call would read: after the loop it is the step's
+        next input.
     """
 
     sites: tuple[int, ...]
@@ -58,19 +64,29 @@ class RollPlan:
     classes: tuple[int, ...]
     representatives: tuple[int, ...]
     tables: tuple[dict, ...]
+    tail: int = 0
+    last_next: tuple[Any, ...] = ()
 
 
-def _layouts(jaxpr, sites, varying):
+def _stops(sites, tail: int) -> list[int]:
+    """Per step, the end of its equations: the next call, or for the last step the
+    call itself and `tail` equations after it."""
+    k = len(sites)
+    return [sites[j + 1] if j + 1 < k else sites[-1] + 1 + tail for j in range(k)]
+
+
+def _layouts(jaxpr, sites, varying, tail=0, last_next=()):
     """Per step, the carried variables at its start and end. Positional (slot p
     holds "the p-th value live across this step", so that the steps of an unrolled
     loop read and write alike) when every step carries the same avals; else one
     slot per variable for the whole loop."""
     eqns = jaxpr.eqns
     k = len(sites)
+    stops = _stops(sites, tail)
     step_of: dict[Any, int] = {}
     order: list[Any] = []
     for j, start in enumerate(sites):
-        stop = sites[j + 1] if j + 1 < k else start + 1
+        stop = stops[j]
         for eqn in eqns[start:stop]:
             for v in eqn.outvars:
                 if _defined(v):
@@ -84,10 +100,10 @@ def _layouts(jaxpr, sites, varying):
         if v in step_of and step > step_of[v]:
             last_use[v] = max(last_use.get(v, -1), step)
 
-    last_call_outs = {v for v in eqns[sites[-1]].outvars if _defined(v)}
+    # Read after the loop from the carried last outputs and next inputs.
+    after = {v for v in eqns[sites[-1]].outvars if _defined(v)} | set(last_next)
     for j, start in enumerate(sites):
-        stop = sites[j + 1] if j + 1 < k else start + 1
-        for index in range(start, stop):
+        for index in range(start, stops[j]):
             eqn = eqns[index]
             if index == start:  # computed by the branch before
                 for p in varying:
@@ -95,13 +111,12 @@ def _layouts(jaxpr, sites, varying):
             else:
                 for v in eqn.invars:
                     use(v, j)
-    for eqn in eqns[sites[-1] + 1 :]:
+    for eqn in eqns[stops[-1] :]:
         for v in eqn.invars:
-            # The last call's outputs are read from the carried last outputs.
-            if not _is_literal(v) and v not in last_call_outs:
+            if not _is_literal(v) and v not in after:
                 use(v, k)
     for v in jaxpr.outvars:
-        if not _is_literal(v) and v not in last_call_outs:
+        if not _is_literal(v) and v not in after:
             use(v, k)
     live = [
         tuple(v for v in order if step_of[v] <= j < last_use.get(v, -1))
@@ -140,11 +155,13 @@ def _params_equal(a: dict, b: dict) -> bool:
 def _compare(jaxpr, plan_bits, r: int, j: int) -> dict | None:
     """The literals by which step `j` differs from step `r` (`{key: (value at r,
     value at j)}`), or `None` if their code differs otherwise."""
-    eqns, sites, varying, reads, writes, inside = plan_bits
+    eqns, sites, varying, reads, writes, inside, tail, last_next = plan_bits
     k = len(sites)
-    seg = lambda s: eqns[sites[s] + 1 : sites[s + 1]] if s + 1 < k else []
+    stops = _stops(sites, tail)
+    seg = lambda s: eqns[sites[s] + 1 : stops[s]]
+    has_next = lambda s: s + 1 < k or tail > 0
     seg_r, seg_j = seg(r), seg(j)
-    if len(seg_r) != len(seg_j) or (r + 1 < k) != (j + 1 < k):
+    if len(seg_r) != len(seg_j) or has_next(r) != has_next(j):
         return None
     mapping: dict[Any, Any] = {}
     for a, b in zip(reads[j], reads[r]):
@@ -181,13 +198,18 @@ def _compare(jaxpr, plan_bits, r: int, j: int) -> dict | None:
             if a.aval != b.aval:
                 return None
             mapping[a] = b
-    if j + 1 < k:
-        nxt_j, nxt_r = eqns[sites[j + 1]], eqns[sites[r + 1]]
-        for p in varying:
-            if not same(nxt_j.invars[p], nxt_r.invars[p], ("next", p)):
+    if has_next(j):
+        nxt = lambda s, i, p: (
+            eqns[sites[s + 1]].invars[p] if s + 1 < k else last_next[i]
+        )
+        for i, p in enumerate(varying):
+            if not same(nxt(j, i, p), nxt(r, i, p), ("next", p)):
                 return None
+    # Step `j` runs `r`'s code under `r`'s names: a slot that holds one of `r`'s
+    # own values (kept for after the loop) would be overwritten with `j`'s.
+    own = {v for eqn in eqns[sites[r] : stops[r]] for v in eqn.outvars}
     for a, b in zip(writes[j], writes[r]):
-        if not same(a, b, None):
+        if not same(a, b, None) or (j != r and a is b and b in own):
             return None
     literals.pop(None, None)
     return literals
@@ -235,18 +257,54 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
     if group is None:
         return None
     sites, _, varying = group
+    candidate = _tail_candidate(jaxpr, sites, varying)
+    if candidate is not None:
+        plan = _plan(jaxpr, sites, varying, *candidate)
+        # Worth it only where the last step then shares a branch.
+        if plan is not None and plan.classes.count(plan.classes[-1]) > 1:
+            return plan
+    return _plan(jaxpr, sites, varying)
+
+
+def _tail_candidate(jaxpr, sites, varying) -> tuple[int, tuple] | None:
+    """`(tail, last_next)` for a last step that may run as many equations after
+    the last call as there are between the last two calls, or `None`: each varying
+    input of the last call must be computed by the code before it, at a position
+    of which the tail holds the counterpart."""
     eqns = jaxpr.eqns
-    layouts = _layouts(jaxpr, sites, varying)
+    segment = eqns[sites[-2] + 1 : sites[-1]]
+    start = sites[-1] + 1
+    if not segment or start + len(segment) > len(eqns):
+        return None
+    where = {v: (i, o) for i, e in enumerate(segment) for o, v in enumerate(e.outvars)}
+    last_next = []
+    for p in varying:
+        v = eqns[sites[-1]].invars[p]
+        if _is_literal(v) or v not in where:
+            return None
+        i, o = where[v]
+        outvars = eqns[start + i].outvars
+        if o >= len(outvars) or not _defined(outvars[o]):
+            return None
+        last_next.append(outvars[o])
+    return len(segment), tuple(last_next)
+
+
+def _plan(jaxpr, sites, varying, tail=0, last_next=()) -> RollPlan | None:
+    """`plan_roll`'s plan, the last step running `tail` equations after its call."""
+    eqns = jaxpr.eqns
+    layouts = _layouts(jaxpr, sites, varying, tail, last_next)
     if layouts is None:
         return None
     reads, writes, slot_avals = layouts
+    stops = _stops(sites, tail)
     inside = {
         v
         for j, start in enumerate(sites)
-        for eqn in eqns[start : (sites[j + 1] if j + 1 < len(sites) else start + 1)]
+        for eqn in eqns[start : stops[j]]
         for v in eqn.outvars
     }
-    bits = (eqns, sites, varying, reads, writes, inside)
+    bits = (eqns, sites, varying, reads, writes, inside, tail, last_next)
     representatives: list[int] = []
     classes: list[int] = []
     found: list[dict[int, dict]] = []
@@ -261,7 +319,8 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
             classes.append(len(representatives))
             representatives.append(j)
             own = _compare(jaxpr, bits, j, j)
-            assert own is not None  # a step's code equals itself
+            if own is None:  # a tail that does not compute a next input alike
+                return None
             found.append({j: own})
     tables = []
     for c, r in enumerate(representatives):
@@ -288,4 +347,6 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
         tuple(classes),
         tuple(representatives),
         tuple(tables),
+        tail,
+        tuple(last_next),
     )
