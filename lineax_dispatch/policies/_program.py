@@ -111,26 +111,41 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
     A dict of `Group`s.
     """
     groups: dict[tuple[str, int], Group] = {}
+    # Per sub-program, the `jit` calls at any depth in it, with how many times each
+    # runs per run of it: a callee called at k sites is read once, not k times.
+    inside: dict[int, list[tuple[Any, float]]] = {}
 
-    def visit(jaxpr: Any, executions: float, top: bool) -> None:
-        for index, eqn in enumerate(jaxpr.eqns):
-            if eqn.primitive.name == "jit":
-                callee = eqn.params["jaxpr"]
-                key = (str(eqn.params.get("name")), id(callee))
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = Group(key[0], callee)
-                if top:
-                    group.sites.append(index)
-                else:
-                    group.nested.append((eqn, executions))
-                if is_marked(eqn):
-                    continue  # an operator's `mv`: its body is not the program's
-            factor = executions * _factor(eqn)
-            for sub in jex.jaxprs_in_params(eqn.params):
-                visit(sub, factor, False)
+    def calls_in(sub: Any) -> list[tuple[Any, float]]:
+        found = inside.get(id(sub))
+        if found is None:
+            found = []
+            for eqn in sub.eqns:
+                if eqn.primitive.name == "jit":
+                    found.append((eqn, 1.0))
+                    if is_marked(eqn):
+                        continue  # an operator's `mv`: its body is not the program's
+                factor = _factor(eqn)
+                for deeper in jex.jaxprs_in_params(eqn.params):
+                    found += [(e, factor * n) for e, n in calls_in(deeper)]
+            inside[id(sub)] = found
+        return found
 
-    visit(jaxpr, 1.0, True)
+    def group_of(eqn: Any) -> Group:
+        callee = eqn.params["jaxpr"]
+        key = (str(eqn.params.get("name")), id(callee))
+        if key not in groups:
+            groups[key] = Group(key[0], callee)
+        return groups[key]
+
+    for index, eqn in enumerate(jaxpr.eqns):
+        if eqn.primitive.name == "jit":
+            group_of(eqn).sites.append(index)
+            if is_marked(eqn):
+                continue
+        factor = _factor(eqn)
+        for sub in jex.jaxprs_in_params(eqn.params):
+            for nested, n in calls_in(sub):
+                group_of(nested).nested.append((nested, factor * n))
     return groups
 
 

@@ -79,6 +79,15 @@ def _zeros(aval: Any) -> jax.Array:
     return jnp.zeros(aval.shape, aval.dtype)
 
 
+def _start(start: Any, aval: Any, env: dict) -> jax.Array:
+    """A slot's value before the loop (`RollPlan.initial`)."""
+    if start is None:
+        return _zeros(aval)
+    kind, value = start
+    value = env[value] if kind == "var" else value
+    return jnp.broadcast_to(_as_aval(value, aval), aval.shape)
+
+
 def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
     """The callee's environment before the loop: its constants, its invariant
     inputs and what its invariant equations compute from them."""
@@ -122,7 +131,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     call = calls[0]
     # The last step's code is the `plan.tail` equations after its call (none
     # unless they repeat the code between two calls).
-    tail = sites[-1] + 1 + plan.tail
+    tail = sites[-1] + 1 + (plan.tail or 0)
     segments = [
         eqns[sites[j] + 1 : sites[j + 1] if j + 1 < k else tail] for j in range(k)
     ]
@@ -141,7 +150,8 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         args0 = [
             _as_aval(read(env, call.invars[p]), call.invars[p].aval) for p in varying
         ]
-        slots0 = [jnp.zeros(a.shape, a.dtype) for a in plan.slot_avals]
+        starts = plan.initial or (None,) * len(plan.slot_avals)
+        slots0 = [_start(x, aval, env) for x, aval in zip(starts, plan.slot_avals)]
         outs0 = [jnp.zeros(v.aval.shape, v.aval.dtype) for v in call.outvars]
         tables = [
             {key: jnp.asarray(value) for key, value in table.items()}
@@ -232,7 +242,8 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             for v, x in zip(calls[-1].outvars, outs)
             if not isinstance(v, jex.DropVar)
         )
-        env.update(zip(plan.last_next, args))  # the last step's next input
+        # The last step's next inputs, where the program reads them after it.
+        env.update((v, x) for v, x in zip(plan.last_next, args) if v is not None)
         eval_eqns(eqns[tail:], env)
         return [read(env, v) for v in jaxpr.outvars]
 

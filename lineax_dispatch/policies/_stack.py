@@ -12,7 +12,8 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 
 from ._roll import eval_eqns, prologue
-from ._roll_plan import _is_literal, call_group
+from ._roll_plan import call_group
+from ._roll_steps import is_literal as _is_literal
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,255 @@
+"""The steps of a roll and when two of them can run the same code: what each step
+carries in and out (`layouts`), and how step `j`'s code compares with step `r`'s
+(`compare`: equal up to literals, which become a table indexed by the step)."""
+
+import dataclasses
+from typing import Any
+
+import jax.extend.core as jex
+import numpy as np
+
+
+# Primitives too dear to run once more than the program does (see `extra_safe`).
+_HEAVY = ("dot_general", "linear_solve", "conv_general_dilated")
+
+
+def is_literal(v: Any) -> bool:
+    return isinstance(v, jex.Literal)
+
+
+def defined(v: Any) -> bool:
+    return not is_literal(v) and not isinstance(v, jex.DropVar)
+
+
+def plain_aval(aval: Any) -> bool:
+    return (
+        hasattr(aval, "shape")
+        and hasattr(aval, "dtype")
+        and isinstance(aval.dtype, np.dtype)
+    )
+
+
+def stops(sites, tail: int | None) -> list[int]:
+    """Per step, the end of its equations: the next call, or for the last step the
+    call itself and `tail` equations after it (none for `None`)."""
+    k, last = len(sites), sites[-1] + 1 + (tail or 0)
+    return [sites[j + 1] if j + 1 < k else last for j in range(k)]
+
+
+def layouts(jaxpr, sites, varying, tail=None, last_next=()):
+    """Per step, the carried variables at its start and end, and their avals; or
+    `None` where a carried value is not a plain array. Positional (slot p holds
+    "the p-th value live across this step", so that the steps of an unrolled loop
+    read and write alike) when every step carries the same avals; else one slot
+    per variable for the whole loop. The last step's `last_next` (its next inputs)
+    are read after the loop from the loop's final inputs, not from a slot."""
+    eqns = jaxpr.eqns
+    k = len(sites)
+    ends = stops(sites, tail)
+    step_of: dict[Any, int] = {}
+    order: list[Any] = []
+    for j, start in enumerate(sites):
+        for eqn in eqns[start : ends[j]]:
+            for v in eqn.outvars:
+                if defined(v):
+                    step_of[v] = j
+                    order.append(v)
+    last_use: dict[Any, float] = {}
+
+    def use(v: Any, step: float) -> None:
+        if is_literal(v):
+            return
+        if v in step_of and step > step_of[v]:
+            last_use[v] = max(last_use.get(v, -1), step)
+
+    # Read after the loop from the carried last outputs and next inputs.
+    after = {v for v in eqns[sites[-1]].outvars if defined(v)} | set(last_next)
+    for j, start in enumerate(sites):
+        for index in range(start, ends[j]):
+            eqn = eqns[index]
+            if index == start:  # computed by the branch before
+                for p in varying:
+                    use(eqn.invars[p], j - 1)
+            else:
+                for v in eqn.invars:
+                    use(v, j)
+    for v in [v for eqn in eqns[ends[-1] :] for v in eqn.invars] + list(jaxpr.outvars):
+        if not is_literal(v) and v not in after:
+            use(v, k)
+    live = [
+        tuple(v for v in order if step_of[v] <= j < last_use.get(v, -1))
+        for j in range(k)
+    ]
+    if not all(plain_aval(v.aval) for v in order if v in last_use):
+        return None
+    if len({tuple(v.aval for v in layout) for layout in live}) == 1:
+        reads = (tuple([None] * len(live[0])),) + tuple(live[:-1])
+        return reads, tuple(live), tuple(v.aval for v in live[0])
+    slots = tuple(v for v in order if v in last_use)
+    return (
+        tuple(slots for _ in range(k)),
+        tuple(slots for _ in range(k)),
+        tuple(v.aval for v in slots),
+    )
+
+
+def extra_safe(jaxpr, indices: range, consumers: dict, next_call: int) -> bool:
+    """Whether the top-level equations at `indices` may run once more than the
+    program runs them, their results unused: no effects, no sub-programs, nothing
+    dear, and every result read only by those equations or by the call at index
+    `next_call`."""
+    own = set(indices) | {next_call}
+    for index in indices:
+        eqn = jaxpr.eqns[index]
+        if eqn.effects or eqn.primitive.name in _HEAVY:
+            return False
+        if any(True for _ in jex.jaxprs_in_params(eqn.params)):
+            return False
+        if any(r not in own for v in eqn.outvars for r in consumers.get(v, ())):
+            return False
+    return True
+
+
+def consumers_of(jaxpr) -> dict:
+    """`var -> readers`: the index of each top-level equation reading it, and
+    `"out"` where it is an output of the program."""
+    out: dict[Any, list] = {}
+    for index, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not is_literal(v):
+                out.setdefault(v, []).append(index)
+    for v in jaxpr.outvars:
+        if not is_literal(v):
+            out.setdefault(v, []).append("out")
+    return out
+
+
+def _params_equal(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if x is y:
+            continue
+        try:
+            if not bool(x == y):
+                return False
+        except Exception:
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps:
+    """What `compare` reads: the program's equations, the calls' `sites` and
+    `varying` inputs, the `layouts`, the variables defined inside the loop, the
+    last step's `tail` (`None`: it runs no branch code; else how many equations
+    after its call it runs) and `last_next` (`None` where its next input is
+    computed by branch equations the tail does not repeat) and `consumers_of`."""
+
+    eqns: Any
+    sites: tuple
+    varying: tuple
+    reads: tuple
+    writes: tuple
+    inside: frozenset
+    tail: int | None
+    last_next: tuple
+    consumers: dict
+
+
+def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict | None:
+    """The literals by which step `j` differs from step `r` (`{key: (value at r,
+    value at j)}`), or `None` if their code differs otherwise.
+
+    With `init` (a dict, filled in), step `j` (the first) may start without values
+    that `r` reads from its carried slots, where `j`'s code has a literal or a
+    variable from before the loop instead: `init[slot] = ("literal", value)` or
+    `("var", variable)`, the slot's value before the loop. The last step's code
+    may be a prefix of `r`'s, the rest computing only the next call's inputs
+    (`extra_safe`)."""
+    eqns, sites, k = s.eqns, s.sites, len(s.sites)
+    ends = stops(sites, s.tail)
+    seg = lambda t: eqns[sites[t] + 1 : ends[t]]
+    has_next = lambda t: t + 1 < k or s.tail is not None
+    seg_r, seg_j = seg(r), seg(j)
+    partial = s.tail is not None and j == k - 1 and r + 1 < k
+    partial = partial and len(seg_j) < len(seg_r)
+    if partial:
+        extra = range(sites[r] + 1 + len(seg_j), ends[r])
+        if not extra_safe(jaxpr, extra, s.consumers, sites[r + 1]):
+            return None
+    elif len(seg_r) != len(seg_j) or has_next(r) != has_next(j):
+        return None
+    mapping: dict[Any, Any] = {}
+    unset: dict[Any, int] = {}  # r's slot variables that j starts without
+    for p, (a, b) in enumerate(zip(s.reads[j], s.reads[r])):
+        if a is None and b is not None and init is not None:
+            unset[b] = p
+        elif (a is None) != (b is None):
+            return None
+        elif a is not None:
+            mapping[a] = b
+    for a, b in zip(eqns[sites[j]].outvars, eqns[sites[r]].outvars):
+        mapping[a] = b
+    literals: dict = {}
+
+    def start_value(a: Any, b: Any) -> bool:
+        if is_literal(a) and a.aval.dtype == b.aval.dtype:
+            value = ("literal", np.asarray(a.val))
+        elif defined(a) and a not in s.inside and a not in mapping and a.aval == b.aval:
+            value = ("var", a)
+        else:
+            return False
+        old = init.get(unset[b])  # type: ignore[union-attr]
+        if old is not None and not (
+            old[0] == value[0]
+            and (old[1] is value[1] or np.array_equal(old[1], value[1]))
+        ):
+            return False
+        init[unset[b]] = value  # type: ignore[index]
+        return True
+
+    def same(a: Any, b: Any, key: Any) -> bool:
+        if not is_literal(b) and b in unset:
+            return start_value(a, b)
+        if is_literal(a) or is_literal(b):
+            if not (is_literal(a) and is_literal(b)) or a.aval != b.aval:
+                return False
+            literals[key] = (b.val, a.val)
+            return True
+        if a in mapping:
+            return mapping[a] is b
+        return a is b and a not in s.inside
+
+    for i, (e_j, e_r) in enumerate(zip(seg_j, seg_r)):
+        if (
+            e_j.primitive is not e_r.primitive
+            or len(e_j.invars) != len(e_r.invars)
+            or len(e_j.outvars) != len(e_r.outvars)
+            or not _params_equal(e_j.params, e_r.params)
+        ):
+            return None
+        for q, (a, b) in enumerate(zip(e_j.invars, e_r.invars)):
+            if not same(a, b, ("eqn", i, q)):
+                return None
+        for a, b in zip(e_j.outvars, e_r.outvars):
+            if a.aval != b.aval:
+                return None
+            mapping[a] = b
+    if has_next(j):
+        for i, p in enumerate(s.varying):
+            mine = eqns[sites[j + 1]].invars[p] if j + 1 < k else s.last_next[i]
+            theirs = eqns[sites[r + 1]].invars[p] if r + 1 < k else s.last_next[i]
+            if mine is None:  # computed by `r`'s equations the tail lacks
+                continue
+            if theirs is None or not same(mine, theirs, ("next", p)):
+                return None
+    # Step `j` runs `r`'s code under `r`'s names: a slot that holds one of `r`'s
+    # own values (kept for after the loop) would be overwritten with `j`'s.
+    own = {v for eqn in eqns[sites[r] : ends[r]] for v in eqn.outvars}
+    for a, b in zip(s.writes[j], s.writes[r]):
+        if not same(a, b, None) or (j != r and a is b and b in own):
+            return None
+    literals.pop(None, None)
+    return literals
