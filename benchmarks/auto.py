@@ -4,9 +4,7 @@ over a grid of operators, sizes, call sites, `mv`s and CG solves.
 
 What is measured, how, what is skipped and the targets: docs/benchmarks.md, "Auto".
 `python -m benchmarks.auto` (n=64,256,1024,4096; k=1,4,16; L=32), `--quick` (n=64,256;
-k=1,4; L=4), e.g. `--n 256,1024 --sites 1,16 --kinds expensive --repeats 3`. Results:
-`auto.json` and `auto.png` in `benchmarks/results/` (`--out` to change).
-"""
+k=1,4; L=4), `--n 256,1024 --sites 1,16 --repeats 3`...: `auto.json`, `auto.png`."""
 
 import itertools
 import math
@@ -40,8 +38,8 @@ POLICIES.update(Auto1=lambda: lxd.Auto(runs=1))
 LXD_JIT = ("Roll",) + AUTOS  # compiled with `lxd.jit` (Roll acts only there)
 # The scores (compile total + runs x run) and the Auto variant told that many runs.
 SCORES, AUTO_FOR = (1, 100), {1: "Auto1", 100: "Auto"}
-# Skipping dominated fixed variants; the run time: the median of 1 to RUN_SAMPLES
-# further calls, as many as fit in RUN_BUDGET_S.
+# Skipping dominated fixed variants; the run time: the median, over the repeats,
+# of 3 to RUN_SAMPLES further calls each, as many as fit in RUN_BUDGET_S.
 SKIP_FACTOR, SKIP_MARGIN, RUN_SAMPLES, RUN_BUDGET_S = 2.0, 0.8, 5, 1.0
 # Auto / best (median, worst); Auto / plain lineax where plain lineax is the best.
 TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX = 1.05, 1.5, 1.05
@@ -151,7 +149,7 @@ def measure(variant: str, data: OperatorData, case: dict) -> tuple[dict, object]
         stages = (lambda: jitted.trace(*args), lambda traced: traced.lower())
     timings, compiled, out = harness.compile_stages(*stages, args)
     first_s = timings["first_call_s"]
-    count = int(max(1, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))
+    count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))
     run_s = harness.median_call_time(lambda: compiled(*args), count)
     total = sum(timings.values())  # trace + lower + compile + first call
     timings.update(run_s=run_s, total_s=total)
@@ -228,6 +226,7 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
                 continue
             trials = [measure(variant, data, row) for _ in range(repeats)]
             t, outputs[variant] = harness.median_trial(trials, "total_s", ["total_s"])
+            t["run_s"] = median(trial["run_s"] for trial, _ in trials)
             results[variant] = t
             chose = f"  -> {t['choice']['strategy']}" if variant in AUTOS else ""
             print(f"    {label(row):<30} {variant:<12} total {t['total_s']:8.3f} s  "
