@@ -15,10 +15,12 @@ number is the scan's own input, so it stays unbatched under `vmap`.
 
 Steps whose code is the same up to literal constants (a Python-unrolled loop
 `x = op.mv(c_i * x)`) share one branch and read their literals from a table
-indexed by the step, so such a program becomes a plain loop. Where the code after
-the last call begins with the code between two calls (`for i: x = op.mv(x);
-x = g(x, c_i)`, whose last `g` follows the last call), the last step runs it too
-and shares their branch (`RollPlan.tail`).
+indexed by the step, so such a program becomes a plain loop. The first step, which
+reads no carried value, shares their branch where its code has a literal or a
+value from before the loop in the place of a carried one (the slot starts with it:
+`RollPlan.initial`); the last, which has no next call, where the code after its
+call repeats the beginning of the branch and the rest only computes an unused next
+input (`RollPlan.tail`).
 
 The rewrite is an interpreter: it evaluates the jaxpr's equations with
 `primitive.bind`, so `jax.jit`, `grad`, `jvp` and `vmap` of the rolled program see
@@ -36,10 +38,7 @@ import jax.numpy as jnp
 from .._compat import bind_equation
 from ._hoist import Hoisted, split_invariant
 from ._roll_plan import RollPlan
-
-
-def _is_literal(v: Any) -> bool:
-    return isinstance(v, jex.Literal)
+from ._roll_steps import is_literal
 
 
 def eval_eqns(eqns: Sequence[Any], env: dict, literal: Callable | None = None) -> None:
@@ -49,7 +48,7 @@ def eval_eqns(eqns: Sequence[Any], env: dict, literal: Callable | None = None) -
     for i, eqn in enumerate(eqns):
         invals = [
             (v.val if literal is None else literal(i, q, v.val))
-            if _is_literal(v)
+            if is_literal(v)
             else env[v]
             for q, v in enumerate(eqn.invars)
         ]
@@ -95,7 +94,7 @@ def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
     env: dict = dict(zip(jaxpr.constvars, hoisted.callee.consts))
     for p, (inner, v) in enumerate(zip(jaxpr.invars, call.invars)):
         if p not in varying:
-            env[inner] = v.val if _is_literal(v) else outer[v]
+            env[inner] = v.val if is_literal(v) else outer[v]
     eval_eqns(hoisted.before, env)
     return env
 
@@ -107,7 +106,7 @@ def _step_call(hoisted: Hoisted, env: dict, varying, args) -> list:
     local = dict(env)
     local.update((jaxpr.invars[p], value) for p, value in zip(varying, args))
     eval_eqns(hoisted.inside, local)
-    return [v.val if _is_literal(v) else local[v] for v in jaxpr.outvars]
+    return [v.val if is_literal(v) else local[v] for v in jaxpr.outvars]
 
 
 def rolled_function(closed: Any, plan: RollPlan) -> Callable:
@@ -140,7 +139,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     hoisted = split_invariant(call, varying)
 
     def read(env: dict, v: Any) -> Any:
-        return v.val if _is_literal(v) else env[v]
+        return v.val if is_literal(v) else env[v]
 
     def run(*inputs):
         env = prologue(closed, inputs, sites[0])
@@ -190,7 +189,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                             literal_at(
                                 j, ("next", p), nxt.invars[p].val, nxt.invars[p].aval
                             )
-                            if _is_literal(nxt.invars[p])
+                            if is_literal(nxt.invars[p])
                             else local[nxt.invars[p]],
                             nxt.invars[p].aval,
                         )
@@ -214,7 +213,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 full = [read(outer, v) for v in call.invars]
                 for p, value in zip(varying, args):
                     full[p] = value
-                local = {v: x for v, x in zip(call.invars, full) if not _is_literal(v)}
+                local = {v: x for v, x in zip(call.invars, full) if not is_literal(v)}
                 eval_eqns([call], local)
                 values = [local.get(v) for v in call.outvars]
             else:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ._roll import eval_eqns, prologue
 from ._roll_plan import call_group
-from ._roll_steps import is_literal as _is_literal
+from ._roll_steps import is_literal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +59,10 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     before, after = [], []
     for index in range(sites[0], sites[-1] + 1):
         eqn = eqns[index]
-        reads_output = any(not _is_literal(v) and v in tainted for v in eqn.invars)
+        reads_output = any(not is_literal(v) and v in tainted for v in eqn.invars)
         if index in site_set:
             if any(
-                not _is_literal(eqn.invars[p]) and eqn.invars[p] in tainted
+                not is_literal(eqn.invars[p]) and eqn.invars[p] in tainted
                 for p in varying
             ):
                 return None
@@ -98,7 +98,7 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
     call = calls[0]
 
     def read(env: dict, v: Any) -> Any:
-        return v.val if _is_literal(v) else env[v]
+        return v.val if is_literal(v) else env[v]
 
     def run(*inputs):
         env = prologue(closed, inputs, sites[0])
@@ -113,7 +113,7 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
             full = list(fixed)
             for p, value in zip(varying, args):
                 full[p] = value
-            local = {v: x for v, x in zip(call.invars, full) if not _is_literal(v)}
+            local = {v: x for v, x in zip(call.invars, full) if not is_literal(v)}
             eval_eqns([call], local)  # the one call site of the computation
             return [
                 local[v] if not isinstance(v, jex.DropVar) else None
