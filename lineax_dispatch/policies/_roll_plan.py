@@ -113,16 +113,17 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
     if group is None:
         return None
     sites, _, varying = group
-    candidate = _tail_candidate(jaxpr, sites, varying)
+    consumers = consumers_of(jaxpr)
+    candidate = _tail_candidate(jaxpr, sites, varying, consumers)
     if candidate is not None:
-        plan = _plan(jaxpr, sites, varying, *candidate)
+        plan = _plan(jaxpr, sites, varying, consumers, *candidate)
         # Worth it only where the last step then shares a branch.
         if plan is not None and plan.classes.count(plan.classes[-1]) > 1:
             return plan
-    return _plan(jaxpr, sites, varying)
+    return _plan(jaxpr, sites, varying, consumers)
 
 
-def _tail_candidate(jaxpr, sites, varying) -> tuple[int, tuple] | None:
+def _tail_candidate(jaxpr, sites, varying, consumers) -> tuple[int, tuple] | None:
     """`(tail, last_next)` for a last step that runs the first `tail` equations
     after its call, or `None`. They must repeat the code between the last two
     calls (checked by `compare`), or its beginning where the rest of that code
@@ -132,7 +133,6 @@ def _tail_candidate(jaxpr, sites, varying) -> tuple[int, tuple] | None:
     segment = range(sites[-2] + 1, sites[-1])
     start = sites[-1] + 1
     tail = min(len(segment), len(eqns) - start)
-    consumers = consumers_of(jaxpr)
     while not extra_safe(jaxpr, segment[tail:], consumers, sites[-1]):
         if tail == 0:
             return None
@@ -158,8 +158,9 @@ def _tail_candidate(jaxpr, sites, varying) -> tuple[int, tuple] | None:
     return tail, tuple(last_next)
 
 
-def _plan(jaxpr, sites, varying, tail=None, last_next=()) -> RollPlan | None:
-    """`plan_roll`'s plan, the last step running `tail` equations after its call."""
+def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan | None:
+    """`plan_roll`'s plan, the last step running `tail` equations after its call
+    (`consumers`: `consumers_of(jaxpr)`)."""
     eqns = jaxpr.eqns
     found_layouts = layouts(jaxpr, sites, varying, tail, last_next)
     if found_layouts is None:
@@ -181,7 +182,7 @@ def _plan(jaxpr, sites, varying, tail=None, last_next=()) -> RollPlan | None:
         inside,
         tail,
         last_next,
-        consumers_of(jaxpr),
+        consumers,
     )
     representatives: list[int] = []
     classes: list[int] = []

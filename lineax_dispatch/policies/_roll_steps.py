@@ -183,6 +183,7 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
         return None
     mapping: dict[Any, Any] = {}
     unset: dict[Any, int] = {}  # r's slot variables that j starts without
+    starts = {} if init is None else init
     for p, (a, b) in enumerate(zip(s.reads[j], s.reads[r])):
         if a is None and b is not None and init is not None:
             unset[b] = p
@@ -201,13 +202,13 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
             value = ("var", a)
         else:
             return False
-        old = init.get(unset[b])  # type: ignore[union-attr]
+        old = starts.get(unset[b])
         if old is not None and not (
             old[0] == value[0]
             and (old[1] is value[1] or np.array_equal(old[1], value[1]))
         ):
             return False
-        init[unset[b]] = value  # type: ignore[index]
+        starts[unset[b]] = value
         return True
 
     def same(a: Any, b: Any, key: Any) -> bool:
