@@ -37,10 +37,11 @@ _HEAVY = frozenset(
 )
 
 
-def _heavy(eqn: Any) -> bool:
+def heavy(eqn: Any) -> bool:
+    """Whether `eqn` is, or holds at any depth, work of `_HEAVY`."""
     if eqn.primitive.name in _HEAVY:
         return True
-    return any(_heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)
+    return any(heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,6 @@ def split_invariant(call: Any, varying: tuple[int, ...]) -> Hoisted | None:
             known.update(eqn.outvars)
         else:
             inside.append(eqn)
-    if not any(_heavy(eqn) for eqn in before):
+    if not any(heavy(eqn) for eqn in before):
         return None
     return Hoisted(callee, tuple(before), tuple(inside))

@@ -8,9 +8,7 @@ from typing import Any
 import jax.extend.core as jex
 import numpy as np
 
-
-# Primitives too dear to run once more than the program does (see `extra_safe`).
-_HEAVY = ("dot_general", "linear_solve", "conv_general_dilated")
+from ._hoist import heavy
 
 
 def is_literal(v: Any) -> bool:
@@ -95,15 +93,14 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=()):
 
 def extra_safe(jaxpr, indices: range, consumers: dict, next_call: int) -> bool:
     """Whether the top-level equations at `indices` may run once more than the
-    program runs them, their results unused: no effects, no sub-programs, nothing
-    dear, and every result read only by those equations or by the call at index
-    `next_call`."""
+    program runs them, their results unused: no effects, no heavy work (as
+    `_hoist.heavy` counts it: a dot product, a solve, a loop, a factorisation, at
+    any depth), and every result read only by those equations or by the call at
+    index `next_call`."""
     own = set(indices) | {next_call}
     for index in indices:
         eqn = jaxpr.eqns[index]
-        if eqn.effects or eqn.primitive.name in _HEAVY:
-            return False
-        if any(True for _ in jex.jaxprs_in_params(eqn.params)):
+        if eqn.effects or heavy(eqn):
             return False
         if any(r not in own for v in eqn.outvars for r in consumers.get(v, ())):
             return False
