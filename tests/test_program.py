@@ -256,3 +256,32 @@ def test_nested_static_and_donated():
 
     for k in (2, 3):
         _close(f(jnp.ones(N), k), jax.jit(lambda x: _loop(lazy, x, k))(jnp.ones(N)))
+
+
+@pytest.mark.parametrize(
+    "solver", [lxd.CG(1e-10, 1e-10), lxd.LSMR(1e-10, 1e-10)], ids=["CG", "LSMR"]
+)
+def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
+    """Our solvers build their loops under JAX's default jit-cache context (their
+    `jax.numpy` calls reuse earlier traces) and apply the operator under the
+    program's own: a jitted function of the user's inside a (plain lineax)
+    operator, which may apply `Auto` operators, is traced for every `lxd.jit`
+    program, as the program's other code is, never taken from another's trace."""
+    traces, counter = [], []
+    inner, a = _counted(lxd.Auto(), counter)
+
+    @jax.jit
+    def fn(x):
+        traces.append(1)
+        return inner.mv(x) + x
+
+    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+    tag = lx.positive_semidefinite_tag
+    outer = lx.FunctionLinearOperator(fn, structure, tag, closure_convert=False)
+    b = jnp.arange(1.0, 9.0)
+    expected = np.linalg.solve(a + np.eye(8), b)
+    for _ in range(2):
+        traces.clear()
+        f = lxd.jit(lambda b: lx.linear_solve(outer, b, solver).value)
+        np.testing.assert_allclose(f(b), expected, rtol=1e-8)
+        assert traces

@@ -1,6 +1,7 @@
 """The records lineax-dispatch hands back are typed: cost analyses, estimates,
 solver choices; and budgets are parsed once and compared by value."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
@@ -21,6 +22,36 @@ def test_mv_cost_returns_a_typed_record():
     assert cost.source in ("cost_analysis", "jaxpr")
     assert cost.workspace > 0 and cost.constant_bytes >= 0
     assert cost.dots + cost.ops > 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex64])
+def test_mv_cost_from_the_jaxpr_is_xlas_where_it_is_not_lowered(dtype):
+    # A function of dot products, sums, products and negations whose arrays are
+    # arguments is counted from its jaxpr (no lowering): its figures must be those
+    # of XLA's cost analysis.
+    weights = tuple(jnp.full((24, 24), 0.1 * (i + 1), dtype) for i in range(3))
+    scale = jnp.arange(24, dtype=dtype)
+
+    def fn(weights, scale, x):
+        for layer in weights:
+            x = -(layer @ x) * scale + x
+        return x - scale * x
+
+    structure = jax.ShapeDtypeStruct((24,), dtype)
+    op = lxd.FunctionLinearOperator(eqx.Partial(fn, weights, scale), structure)
+    cost = mv_cost(op)
+    assert cost.source == "jaxpr"
+    analysis = jax.jit(fn).lower(weights, scale, structure).cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0]
+    assert cost.flops == analysis["flops"]
+    assert cost.bytes == analysis["bytes accessed"]
+    # Other primitives, or constants in the jaxpr (arrays closed over and not
+    # closure-converted), are lowered for XLA's figures.
+    closed = lambda x: fn(weights, scale, x)  # noqa: E731
+    for other, convert in ((jnp.cumsum, True), (closed, False)):
+        op = lxd.FunctionLinearOperator(other, structure, closure_convert=convert)
+        assert mv_cost(op).source == "cost_analysis"
 
 
 def test_decision_estimates_are_typed_and_hold_their_policies():

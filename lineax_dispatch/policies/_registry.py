@@ -147,6 +147,50 @@ class Session:
 # this trace, instead of reusing a trace made for another program.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
+# The `PASS_CONTEXT` value of the trace while this package's own code runs under
+# the default one (see `own_code`); `None` elsewhere.
+_OUTER: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "lineax_dispatch_outer_context", default=None
+)
+
+
+@contextlib.contextmanager
+def own_code() -> Iterator[None]:
+    """Runs this package's own code (a solver's loop) under the default jit-cache
+    context, so that the jits it calls (`jax.numpy`'s own, such as `jnp.where`) reuse
+    their traces from earlier programs instead of being traced afresh for each
+    `lxd.jit` trace. Code of the user's called from inside it (an operator's or a
+    preconditioner's `mv`) goes through `user_code`, which restores the trace's
+    context. Outside `lxd.jit` and `lxd.explain` it does nothing."""
+    value = PASS_CONTEXT.value
+    if value is None:
+        yield
+        return
+    token = _OUTER.set(value)
+    try:
+        with PASS_CONTEXT(None):
+            yield
+    finally:
+        _OUTER.reset(token)
+
+
+@contextlib.contextmanager
+def user_code() -> Iterator[None]:
+    """Inside `own_code`: the trace's own jit-cache context again, for the user's
+    code (whose nested jits may apply `Auto` operators, which must be traced for
+    this program). Elsewhere it does nothing."""
+    value = _OUTER.get()
+    if value is None:
+        yield
+        return
+    token = _OUTER.set(None)
+    try:
+        with PASS_CONTEXT(value):
+            yield
+    finally:
+        _OUTER.reset(token)
+
+
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "lineax_dispatch_session", default=None
 )

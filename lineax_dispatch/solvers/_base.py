@@ -12,6 +12,7 @@ import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._validate import as_int, as_real, check_tolerance
+from ..policies._registry import own_code
 from ._flat import Flattener, keep_conj, preconditioner_and_y0
 from ._prepare import expected_iterations, resolve_for_solve
 from ._system import flat_preconditioner, plain_system, System
@@ -173,7 +174,8 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             )
         system, y0_flat = plain_system(operator, vector, y0)
         precond = flat_preconditioner(preconditioner, system.flat)
-        y, result, stats = self.solve_system(system, precond, y0_flat)
+        with own_code():
+            y, result, stats = self.solve_system(system, precond, y0_flat)
         return y, result, stats, system.flat
 
     def compute(

@@ -20,6 +20,7 @@ from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ..operators._structure import structures_match
+from ..policies._registry import user_code
 from ..policies._sizes import promoted_dtype, structure_size
 
 
@@ -81,7 +82,9 @@ def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flatte
     """`x -> ravel(operator.mv(unravel(x)))`: one `mv` per call."""
 
     def mv(x: Shaped[Array, " n"]) -> Shaped[Array, " m"]:
-        return dest.ravel(operator.mv(source.unravel(x)))
+        with user_code():
+            out = operator.mv(source.unravel(x))
+        return dest.ravel(out)
 
     return mv
 

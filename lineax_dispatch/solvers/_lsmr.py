@@ -16,6 +16,7 @@ import lineax as lx
 from jaxtyping import Array, PyTree, Scalar
 from lineax.internal import two_norm
 
+from ..policies._registry import own_code
 from ._base import AbstractOneSiteSolver, finish_result
 from ._flat import (
     flat_mv,
@@ -98,7 +99,8 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         # Each called once, in the loop body. (Transposing a FunctionLinearOperator
         # traces its function once, here.)
         rmv = flat_mv(keep_conj(operator).transpose(), out_flat, system.flat)
-        x, result, stats = self._run(system, rmv, out_flat, x0)
+        with own_code():
+            x, result, stats = self._run(system, rmv, out_flat, x0)
         return system.flat.unravel(x), result, stats
 
     def solve_system(
