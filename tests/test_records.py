@@ -112,3 +112,15 @@ def test_sizes_have_one_home():
     o = lxd.observe(op, memory_budget=2**30)
     assert o.matrix_bytes == _sizes.dense_bytes(op)
     assert o.itemsize == _sizes.itemsize(op)
+
+
+def test_a_decision_with_a_reason_added_keeps_its_estimates():
+    o = lxd.observe(_op(), memory_budget=2**30, call_sites=16, rollable=True)
+    decision = lxd.decide(o)
+    noted = decision.with_reason("a note")
+    assert noted.reasons == (*decision.reasons, "a note")
+    assert (noted.policy, noted.estimates) == (decision.policy, decision.estimates)
+    assert noted.memory_needed == decision.memory_needed
+    other = decision.with_reason("another", lxd.Outline(), memory_needed=0)
+    assert other.strategy == "Outline" and other.memory_needed == 0
+    assert other.estimates == decision.estimates

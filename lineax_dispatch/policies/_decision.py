@@ -68,3 +68,29 @@ class Decision(eqx.Module):
         """The name of the chosen policy's class: `"Lazy"`, `"Roll"`, `"Outline"`,
         `"Materialise"`, `"VmapBatch"` or `"Scan"`."""
         return type(self.policy).__name__
+
+    def with_reason(
+        self,
+        reason: str,
+        policy: AbstractPolicy | None = None,
+        memory_needed: int | None = None,
+    ) -> "Decision":
+        """This decision with `reason` added to its reasons, and where given another
+        policy chosen (from the same estimates) and its memory need.
+
+        **Arguments:**
+
+        - `reason`: the sentence to add.
+        - `policy`: the policy chosen instead; `None` keeps this one.
+        - `memory_needed`: the bytes the new choice needs; `None` keeps this one's.
+
+        **Returns:**
+
+        A new `Decision`.
+        """
+        return Decision(
+            self.policy if policy is None else policy,
+            (*self.reasons, reason),
+            self.estimates,
+            self.memory_needed if memory_needed is None else memory_needed,
+        )

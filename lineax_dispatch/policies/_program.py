@@ -193,7 +193,7 @@ def _restrict(decision: Decision, allowed: set[str]) -> Decision:
         f"{decision.strategy} cannot be applied to these call sites here; "
         f"{type(policy).__name__} is the cheapest that can."
     )
-    return Decision(policy, (*decision.reasons, note), decision.estimates, 0)
+    return decision.with_reason(note, policy, memory_needed=0)
 
 
 def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:

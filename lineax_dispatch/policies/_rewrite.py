@@ -20,11 +20,10 @@ from ._stack import plan_stack, stacked_function
 
 
 def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
-    """The program with `action` applied to the calls at `sites`, or `None` where
+    """The program with `action` (materialise or roll: outlined groups are done
+    first, by `rewrite_program`) applied to the calls at `sites`, or `None` where
     it cannot be (the calls' inputs or the code between them do not allow it)."""
     jaxpr = closed.jaxpr
-    if action.kind == "outline":
-        return None  # done before the other groups (see `rewrite_program`)
     if action.kind == "materialise":
         return materialised_function(closed, sites, action.arrays, action.batch_size)
     if len(sites) < 2:

@@ -7,7 +7,6 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
-from ..policies._decision import Decision
 from ..policies._marked import current_scope
 from ..policies._pinned import pinned
 from ..policies._registry import operator_key, record_solve
@@ -102,12 +101,7 @@ def resolve_for_solve(
             f"{shared} solves of this operator from this line apply the same "
             "arrays: decided for all of them (one matrix build would serve all)."
         )
-        decision = Decision(
-            decision.policy,
-            (*decision.reasons, note),
-            decision.estimates,
-            decision.memory_needed,
-        )
+        decision = decision.with_reason(note)
     record_solve(operator, key, executions, decision)  # for `lxd.explain`
     chosen = decision.policy
     if isinstance(chosen, Materialise) and not isinstance(
