@@ -56,7 +56,7 @@ _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 # lowered function does (2 m n k per dot product, one flop per element otherwise,
 # every operand and result accessed once): a function made of these alone, with
 # no constants (XLA counts their bytes too), is not lowered for its cost (lowering
-# and analysing it takes 10-25 ms).
+# and analysing it took longer than the rest of a decision).
 _COUNTED_AS_XLA = frozenset({"dot_general", "add", "add_any", "sub", "mul", "neg"})
 
 
