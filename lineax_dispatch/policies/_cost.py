@@ -151,7 +151,8 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     are small; otherwise from the jaxpr (dot products counted exactly, other
     operations by their output sizes). A function of dot products, sums, products
     and negations alone, closing over no arrays, is counted from its jaxpr, which
-    gives XLA's figures for it without lowering it. Dot and operation counts always come from the jaxpr.
+    gives XLA's figures for it without lowering it. Dot and operation counts always
+    come from the jaxpr.
 
     **Arguments:**
 

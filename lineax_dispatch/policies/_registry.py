@@ -155,6 +155,17 @@ _OUTER: contextvars.ContextVar[Any] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
+def _switched(outer: Any, inner: Any) -> Iterator[None]:
+    """`_OUTER` set to `outer` and `PASS_CONTEXT` to `inner`, both restored after."""
+    token = _OUTER.set(outer)
+    try:
+        with PASS_CONTEXT(inner):
+            yield
+    finally:
+        _OUTER.reset(token)
+
+
+@contextlib.contextmanager
 def own_code() -> Iterator[None]:
     """Runs this package's own code (a solver's loop) under the default jit-cache
     context, so that the jits it calls (`jax.numpy`'s own, such as `jnp.where`) reuse
@@ -166,12 +177,8 @@ def own_code() -> Iterator[None]:
     if value is None:
         yield
         return
-    token = _OUTER.set(value)
-    try:
-        with PASS_CONTEXT(None):
-            yield
-    finally:
-        _OUTER.reset(token)
+    with _switched(value, None):
+        yield
 
 
 @contextlib.contextmanager
@@ -183,12 +190,8 @@ def user_code() -> Iterator[None]:
     if value is None:
         yield
         return
-    token = _OUTER.set(None)
-    try:
-        with PASS_CONTEXT(value):
-            yield
-    finally:
-        _OUTER.reset(token)
+    with _switched(None, value):
+        yield
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(

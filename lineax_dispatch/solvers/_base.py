@@ -174,9 +174,17 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             )
         system, y0_flat = plain_system(operator, vector, y0)
         precond = flat_preconditioner(preconditioner, system.flat)
-        with own_code():
-            y, result, stats = self.solve_system(system, precond, y0_flat)
+        y, result, stats = self.run_system(system, precond, y0_flat)
         return y, result, stats, system.flat
+
+    def run_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """`self.solve_system(system, precond, y0)` as this package's own code
+        (`own_code`: its loop under JAX's default jit-cache context, the operator
+        applied under the program's); how every caller runs it."""
+        with own_code():
+            return self.solve_system(system, precond, y0)
 
     def compute(
         self, state: Any, vector: PyTree[Array], options: dict[str, Any]

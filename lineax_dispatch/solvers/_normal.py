@@ -8,7 +8,6 @@ import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
 from ..operators._structure import structures_match
-from ..policies._registry import own_code
 from ._base import AbstractOneSiteSolver, conj_options, transpose_options
 from ._flat import (
     flat_mv,
@@ -151,8 +150,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             mh_mv = flat_mv(keep_conj(preconditioner).transpose(), x_flat, b_flat)
             precond = lambda x: m_mv(mh_mv(x))
         zeros = jnp.zeros(x_flat.size, dtype)
-        with own_code():
-            y, result, stats = inner.solve_system(system, precond, zeros)
+        y, result, stats = inner.run_system(system, precond, zeros)
         return x_flat.unravel(y), result, stats
 
     def transpose(self, state: _NormalState, options: dict[str, Any]):
