@@ -180,9 +180,18 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     def run_system(
         self, system: System, precond: Callable[[Array], Array], y0: Array
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
-        """`self.solve_system(system, precond, y0)` as this package's own code
-        (`own_code`: its loop under JAX's default jit-cache context, the operator
-        applied under the program's); how every caller runs it."""
+        """Runs `self.solve_system(system, precond, y0)` as this package's own code:
+        its loop under JAX's default jit-cache context, the operator and
+        preconditioner applied under the program's (`own_code`). Callers (here
+        `solve_square`, and `Normal` for its inner solver) go through this rather
+        than calling `solve_system` directly.
+
+        **Arguments:** as for `solve_system`.
+
+        **Returns:**
+
+        What `solve_system` returns.
+        """
         with own_code():
             return self.solve_system(system, precond, y0)
 
