@@ -357,6 +357,32 @@ def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     _close(jax.vmap(lxd.jit(f))(xs), jax.vmap(f)(xs))
 
 
+def test_the_step_number_stays_unbatched_under_vmap():
+    """Steps with different code are branches of a `lax.switch` on the step number;
+    under `vmap` the step number is not batched, so the switch stays a switch (with
+    a batched index, `vmap` would turn it into every branch at every step and a
+    select)."""
+    op = _operators(lxd.Roll())[0]
+
+    def f(x):
+        for i in range(6):
+            x = op.mv(x)
+            x = jnp.sin(x) if i % 2 else jnp.cos(x) * (1.0 + 0.1 * i)
+        return x
+
+    def primitives(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn.primitive.name
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                yield from primitives(sub)
+
+    x = jnp.linspace(0.5, 1.5, N)
+    xs = jnp.stack([x, 2 * x, -x])
+    names = list(primitives(jax.make_jaxpr(jax.vmap(lxd.jit(f)))(xs).jaxpr))
+    assert "scan" in names and "cond" in names
+    _close(jax.vmap(lxd.jit(f))(xs), jax.jit(jax.vmap(f))(xs))
+
+
 @jax.jit
 def _user_function(x):
     for i in range(40):

@@ -11,7 +11,9 @@ What the loop carries: the call's varying inputs (those that are not the same
 variable at every call) and the values defined inside the loop that are used at a
 later step or after the loop. Everything defined before the loop (the operator's
 arrays above all) is closed over, never carried or returned by a branch. The step
-number is the scan's own input, so it stays unbatched under `vmap`.
+number is a counter in the scan's carry that nothing batched reaches, so it stays
+unbatched under `vmap` (a `jnp.arange(k)` as the scan's input would be a table of
+its own to slice at each step, which XLA compiled measurably slower).
 
 Steps whose code is the same up to literal constants (a Python-unrolled loop
 `x = op.mv(c_i * x)`) share one branch and read their literals from a table
@@ -72,6 +74,14 @@ def _as_aval(value: Any, aval: Any) -> Any:
     """`value` with exactly `aval`'s dtype and no weak type, so that a loop carry
     has one type whatever branch wrote it."""
     return lax.convert_element_type(jnp.asarray(value), aval.dtype)
+
+
+def _at(table: jax.Array, j: jax.Array) -> jax.Array:
+    """`table[j]` for a step number `j` known to be in range (no wrap-around of
+    negative indices to compile)."""
+    return lax.dynamic_index_in_dim(
+        table, j, keepdims=False, allow_negative_indices=False
+    )
 
 
 def _zeros(aval: Any) -> jax.Array:
@@ -165,7 +175,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             def literal_at(j, key, value, aval):
                 if key not in table:
                     return value
-                return lax.convert_element_type(table[key][j], aval.dtype)
+                return lax.convert_element_type(_at(table[key], j), aval.dtype)
 
             def go(j, args, slots, outs):
                 local = dict(outer)
@@ -206,8 +216,8 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         branches = [branch(c) for c in range(len(plan.representatives))]
         classes = jnp.asarray(plan.classes)
 
-        def body(carry, j):
-            args, slots, _ = carry
+        def body(carry, _):
+            j, args, slots, _ = carry
             # The one call site of the computation.
             if hoisted is None:
                 full = [read(outer, v) for v in call.invars]
@@ -228,12 +238,12 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 new_args, new_slots = branches[0](j, args, slots, outs)
             else:
                 new_args, new_slots = lax.switch(
-                    classes[j], branches, j, args, slots, outs
+                    _at(classes, j), branches, j, args, slots, outs
                 )
-            return (new_args, new_slots, outs), None
+            return (j + 1, new_args, new_slots, outs), None
 
-        carry = (args0, slots0, outs0)
-        (args, slots, outs), _ = lax.scan(body, carry, jnp.arange(k))
+        carry = (jnp.int32(0), args0, slots0, outs0)
+        (_, args, slots, outs), _ = lax.scan(body, carry, None, length=k)
         env = dict(outer)
         env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)
         env.update(
