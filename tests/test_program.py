@@ -4,6 +4,7 @@ program rewritten (rolled, or one matrix for the program, or left inline), and
 
 import functools as ft
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -99,6 +100,26 @@ def test_auto_programs_match_jax_jit(name, model):
         jax.jit(_transformed(auto, lxd.jit))(*_transformed_args(x)),
         _transformed_lazy_reference(name),
     )
+
+
+def test_an_operator_at_many_sites_is_partitioned_once(monkeypatch):
+    """An `Auto` operator applied at 16 sites of an `lxd.jit` program is split into
+    its kind key and arrays once (at its first `mv`), not at every site; what that
+    keeps holds the trace's tracers and is dropped when the trace ends."""
+    from lineax_dispatch.policies import _registry
+
+    keys = []
+    operator_key = _registry.operator_key
+    monkeypatch.setattr(
+        _registry, "operator_key", lambda op: keys.append(1) or operator_key(op)
+    )
+    op = _operators(lxd.Auto(cost_model=ROLL_MODEL))[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(lambda op, x: _loop(op, x, 16))
+    with jax.checking_leaks():
+        out = compiled(op, x)
+    assert len(keys) == 1
+    _close(out, eqx.filter_jit(lambda op, x: _loop(op, x, 16))(op, x))
 
 
 def test_default_auto_traces_once():

@@ -13,7 +13,7 @@ from ._decide import CostModel, decide
 from ._decision import Decision
 from ._marked import current_scope, inline_mv, marked_mv
 from ._observation import observe
-from ._registry import current_executions, current_session, operator_key
+from ._registry import current_executions, current_session
 
 
 class Auto(AbstractPolicy):
@@ -155,7 +155,7 @@ class Auto(AbstractPolicy):
         if active is not None:
             # Traced by `lxd.jit`: a marked call of this operator kind's own, which
             # `lxd.jit` finds in the traced program, decides for and rewrites.
-            record = active.record(operator, operator_key(operator))
-            return marked_mv(operator, vector, record.call)
+            record, parts = active.apply_parts(operator)
+            return marked_mv(operator, vector, record.call, parts)
         # Under a plain `jax.jit`: lineax's behaviour (inlined by XLA).
         return marked_mv(operator, vector, inline_mv)

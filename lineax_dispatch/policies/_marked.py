@@ -216,6 +216,7 @@ def marked_mv(
     operator: lx.AbstractLinearOperator,
     vector: PyTree[Any],
     call: Callable | None = None,
+    parts: tuple[PyTree[Any], Any] | None = None,
 ) -> PyTree:
     """Applies the plain lineax `mv` of `operator` through the marked call.
 
@@ -225,6 +226,7 @@ def marked_mv(
     - `vector`: a PyTree matching its input structure.
     - `call`: the marked call to apply it through (from `named_marked`); `None` for
         the shared one, named `MARKED_NAME`.
+    - `parts`: `mv_parts(operator)`, if already known.
 
     **Returns:**
 
@@ -233,5 +235,10 @@ def marked_mv(
     """
     call = lineax_dispatch_mv if call is None else call
     scope = current_scope()
-    dynamic, key = mv_parts(operator) if scope is not None else _eager_parts(operator)
+    if parts is not None:
+        dynamic, key = parts
+    elif scope is not None:
+        dynamic, key = mv_parts(operator)
+    else:
+        dynamic, key = _eager_parts(operator)
     return call((key, scope), dynamic, vector)

@@ -21,7 +21,7 @@ import jax.tree_util as jtu
 import lineax as lx
 
 from .._compat import hashable_partition, traceback_frames
-from ._marked import MARKED_NAME, named_marked
+from ._marked import MARKED_NAME, mv_parts, named_marked
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +123,21 @@ class Session:
     # Solves found repeated in an earlier trace of the program: `(user site,
     # operator key) -> k` solves sharing one matrix build (`_shared_solves.py`).
     solve_hints: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    # `id -> (operator, record, mv parts)` of the operators applied in this trace
+    # (emptied when it ends: the parts hold its tracers), so that one operator
+    # applied at many call sites is partitioned and hashed once.
+    applied: dict[int, tuple] = dataclasses.field(default_factory=dict, repr=False)
+
+    def apply_parts(self, operator: Any) -> tuple[AutoRecord, tuple[Any, Any]]:
+        """`(record, mv_parts(operator))` of an `Auto` operator applied in this
+        trace, computed at its first `mv` and reused at its later ones."""
+        entry = self.applied.get(id(operator))
+        if entry is not None and entry[0] is operator:
+            return entry[1], entry[2]
+        record = self.record(operator, operator_key(operator))
+        parts = mv_parts(operator)
+        self.applied[id(operator)] = (operator, record, parts)
+        return record, parts
 
     def record(self, operator: Any, key: Any) -> AutoRecord:
         """The record of `operator`'s kind (`key`), made at its first `mv`."""
@@ -235,11 +250,14 @@ def record_solver_choice(
 
 @contextlib.contextmanager
 def session(value: Session) -> Iterator[Session]:
+    """Within this context `value` is the session of the trace running (see
+    `current_session`); its operators' cached parts are dropped when it ends."""
     token = _SESSION.set(value)
     try:
         yield value
     finally:
         _SESSION.reset(token)
+        value.applied.clear()
 
 
 @contextlib.contextmanager
