@@ -106,13 +106,13 @@ def test_an_operator_at_many_sites_is_partitioned_once(monkeypatch):
     """An `Auto` operator applied at 16 sites of an `lxd.jit` program is split into
     its kind key and arrays once (at its first `mv`), not at every site; what that
     keeps holds the trace's tracers and is dropped when the trace ends."""
-    from lineax_dispatch.policies import _registry
+    from lineax_dispatch.policies import _auto, _registry
 
     keys = []
     operator_key = _registry.operator_key
-    monkeypatch.setattr(
-        _registry, "operator_key", lambda op: keys.append(1) or operator_key(op)
-    )
+    counted = lambda op: keys.append(1) or operator_key(op)
+    for module in (_registry, _auto):
+        monkeypatch.setattr(module, "operator_key", counted, raising=False)
     op = _operators(lxd.Auto(cost_model=ROLL_MODEL))[0]
     x = jnp.linspace(0.1, 1.0, N)
     compiled = lxd.jit(lambda op, x: _loop(op, x, 16))
