@@ -147,6 +147,12 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
 
     # The callee's code that reads only invariant inputs runs once, before the loop.
     hoisted = split_invariant(call, varying)
+    # The last call's outputs leave the loop only where the code after it reads
+    # them (carried, they would be copied at every step).
+    later = {v for e in eqns[tail:] for v in e.invars if not is_literal(v)}
+    later.update(v for v in jaxpr.outvars if not is_literal(v))
+    out_vars = [v for v in calls[-1].outvars if v in later]
+    kept = [p for p, v in enumerate(calls[-1].outvars) if v in later]
 
     def read(env: dict, v: Any) -> Any:
         return v.val if is_literal(v) else env[v]
@@ -161,7 +167,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         ]
         starts = plan.initial or (None,) * len(plan.slot_avals)
         slots0 = [_start(x, aval, env) for x, aval in zip(starts, plan.slot_avals)]
-        outs0 = [jnp.zeros(v.aval.shape, v.aval.dtype) for v in call.outvars]
+        outs0 = [_zeros(call.outvars[p].aval) for p in kept]
         tables = [
             {key: jnp.asarray(value) for key, value in table.items()}
             for table in plan.tables
@@ -240,17 +246,13 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 new_args, new_slots = lax.switch(
                     _at(classes, j), branches, j, args, slots, outs
                 )
-            return (j + 1, new_args, new_slots, outs), None
+            return (j + 1, new_args, new_slots, [outs[p] for p in kept]), None
 
         carry = (jnp.int32(0), args0, slots0, outs0)
         (_, args, slots, outs), _ = lax.scan(body, carry, None, length=k)
         env = dict(outer)
         env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)
-        env.update(
-            (v, x)
-            for v, x in zip(calls[-1].outvars, outs)
-            if not isinstance(v, jex.DropVar)
-        )
+        env.update(zip(out_vars, outs))
         # The last step's next inputs, where the program reads them after it.
         env.update((v, x) for v, x in zip(plan.last_next, args) if v is not None)
         eval_eqns(eqns[tail:], env)
