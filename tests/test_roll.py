@@ -423,6 +423,84 @@ def test_repeated_user_jit_functions_are_rolled(program):
     _close(lxd.jit(f)(x), jax.jit(f)(x))
 
 
+@jax.jit
+def _two_inputs(x, y):
+    for i in range(20):
+        x = jnp.sin(x) * (1.0 + 0.001 * i) + 0.01 * jnp.sum(y)
+    return x
+
+
+_C = jnp.linspace(0.3, 0.9, N + 1)
+
+
+def _fresh_only(x):
+    # The second input of each call is computed from values of before the loop
+    # and the step's literal: computed where it is used, never carried.
+    for i in range(6):
+        x = _two_inputs(x, jnp.cos(_C) * (i + 1))
+    return x
+
+
+def _fresh_also_read(x):
+    # The same input, also read by the code after the call: it stays carried.
+    for i in range(6):
+        y = jnp.cos(_C) * (i + 1)
+        x = _two_inputs(x, y) + y[:N]
+    return x
+
+
+def _fresh_with_effect(x):
+    # An effect between the calls stays where it is, in order.
+    for i in range(4):
+        y = jnp.cos(_C) * (i + 1)
+        jax.debug.print("step {i}", i=i)
+        x = _two_inputs(x, y)
+    return x
+
+
+def _fresh_read_after(x):
+    # The last call's input is also read after the loop: it stays carried.
+    for i in range(5):
+        y = jnp.sin(_C) * i
+        x = _two_inputs(x, y)
+    return x + y[:N]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [_fresh_only, _fresh_also_read, _fresh_with_effect, _fresh_read_after],
+)
+def test_inputs_computed_from_before_the_loop_are_not_carried(program, capfd):
+    """A call's input computed between two calls only from values of before the
+    loop (and the step's literals) is computed at the start of the step that reads
+    it: the loop carries no value of its shape, and the results (under grad, jvp
+    and vmap) and effects are `jax.jit`'s."""
+    x = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(program)(x), jax.jit(program)(x))
+    loss = lambda x: program(x).sum()
+    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
+    _close(
+        jax.jvp(lxd.jit(program), (x,), (jnp.cos(x),)),
+        jax.jvp(program, (x,), (jnp.cos(x),)),
+    )
+    xs = jnp.stack([x, 2 * x])
+    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
+    if program is _fresh_with_effect:
+        capfd.readouterr()
+        jax.block_until_ready(lxd.jit(program)(x + 1))
+        printed = capfd.readouterr().out.split("\n")
+        assert [p for p in printed if p] == [f"step {i}" for i in range(4)]
+    (scan,) = [
+        e
+        for e in jax.make_jaxpr(lxd.jit(program))(x).eqns[0].params["jaxpr"].eqns
+        if e.primitive.name == "scan"
+    ]
+    carried = scan.params["num_carry"]
+    shapes = [v.aval.shape for v in scan.invars[scan.params["num_consts"] :]][:carried]
+    fresh = program in (_fresh_only, _fresh_with_effect)
+    assert ((N + 1,) in shapes) == (not fresh)
+
+
 def _from_before(x):
     """The carried sum starts from a value computed before the first call."""
     total = jnp.cos(x)

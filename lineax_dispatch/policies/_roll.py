@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from .._compat import bind_equation
 from ._hoist import Hoisted, split_invariant
+from ._roll_inputs import step_start_inputs
 from ._roll_plan import RollPlan
 from ._roll_steps import is_literal
 
@@ -153,6 +154,30 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     later.update(v for v in jaxpr.outvars if not is_literal(v))
     out_vars = [v for v in calls[-1].outvars if v in later]
     kept = [p for p, v in enumerate(calls[-1].outvars) if v in later]
+    # Where every step but the last runs one branch, the code of it that only
+    # computes the next call's inputs from values of before the loop runs at the
+    # start of the step that reads them (`_roll_inputs.py`).
+    moved: tuple[int, ...] = ()
+    skipped: frozenset[int] = frozenset()
+    fresh: dict[int, Any] = {}
+    shared = plan.classes[0]
+    first = plan.representatives[shared]
+    if all(c == shared for c in plan.classes[:-1]) and first + 1 < k:
+        before = set(jaxpr.invars) | set(jaxpr.constvars)
+        before.update(v for e in eqns[: sites[0]] for v in e.outvars)
+        keep = later | {v for v in plan.writes[first] if v is not None}
+        keep.update(v for v in plan.last_next if v is not None)
+        moved, skipped, fresh = step_start_inputs(
+            segments[first], calls[first + 1], varying, before, keep
+        )
+        fresh = {
+            q: v
+            for q, v in fresh.items()
+            if not (plan.last_next and plan.last_next[q] is not None)
+        }
+        if not fresh:
+            moved, skipped = (), frozenset()
+    carried = [q for q in range(len(varying)) if q not in fresh]
 
     def read(env: dict, v: Any) -> Any:
         return v.val if is_literal(v) else env[v]
@@ -197,7 +222,15 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                         j, ("eqn", i, q), value, segment[i].invars[q].aval
                     )
 
-                eval_eqns(segment, local, literal)
+                if skipped and c == shared:
+                    run = [i for i in range(len(segment)) if i not in skipped]
+                    eval_eqns(
+                        [segment[i] for i in run],
+                        local,
+                        lambda i, q, v: literal(run[i], q, v),
+                    )
+                else:
+                    eval_eqns(segment, local, literal)
                 if r + 1 < k:
                     nxt = calls[r + 1]
                     args = [
@@ -209,8 +242,11 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                             else local[nxt.invars[p]],
                             nxt.invars[p].aval,
                         )
-                        for p in varying
+                        for q, p in enumerate(varying)
+                        if q not in fresh
                     ]
+                else:  # the last step: no next call
+                    args = [args[q] for q in carried]
                 new_slots = [
                     _as_aval(local[var], aval) if var in local else old
                     for var, old, aval in zip(plan.writes[r], slots, plan.slot_avals)
@@ -222,8 +258,34 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
         branches = [branch(c) for c in range(len(plan.representatives))]
         classes = jnp.asarray(plan.classes)
 
+        def step_inputs(j, carried_args):
+            """This step's inputs: the carried ones, and the fresh ones computed
+            here with the previous step's literals (the first step's from before
+            the loop)."""
+            args = dict(zip(carried, carried_args))
+            if fresh:
+                prev = jnp.maximum(j - 1, 0)
+                segment = segments[first]
+                local = dict(outer)
+
+                def literal(i, q, value):
+                    key = ("eqn", moved[i], q)
+                    if key not in tables[shared]:
+                        return value
+                    aval = segment[moved[i]].invars[q].aval
+                    return lax.convert_element_type(
+                        _at(tables[shared][key], prev), aval.dtype
+                    )
+
+                eval_eqns([segment[i] for i in moved], local, literal)
+                for q, var in fresh.items():
+                    aval = call.invars[varying[q]].aval
+                    args[q] = jnp.where(j == 0, args0[q], _as_aval(local[var], aval))
+            return [args[q] for q in range(len(varying))]
+
         def body(carry, _):
-            j, args, slots, _ = carry
+            j, carried_args, slots, _ = carry
+            args = step_inputs(j, carried_args)
             # The one call site of the computation.
             if hoisted is None:
                 full = [read(outer, v) for v in call.invars]
@@ -248,13 +310,14 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 )
             return (j + 1, new_args, new_slots, [outs[p] for p in kept]), None
 
-        carry = (jnp.int32(0), args0, slots0, outs0)
-        (_, args, slots, outs), _ = lax.scan(body, carry, None, length=k)
+        carry = (jnp.int32(0), [args0[q] for q in carried], slots0, outs0)
+        (_, last, slots, outs), _ = lax.scan(body, carry, None, length=k)
+        args = dict(zip(carried, last))
         env = dict(outer)
         env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)
         env.update(zip(out_vars, outs))
         # The last step's next inputs, where the program reads them after it.
-        env.update((v, x) for v, x in zip(plan.last_next, args) if v is not None)
+        env.update((v, args[q]) for q, v in enumerate(plan.last_next) if v is not None)
         eval_eqns(eqns[tail:], env)
         return [read(env, v) for v in jaxpr.outvars]
 
