@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from .._compat import bind_equation
 from ._hoist import Hoisted, split_invariant
-from ._roll_inputs import step_start_inputs
+from ._roll_inputs import fresh_inputs
 from ._roll_plan import RollPlan
 from ._roll_steps import is_literal
 
@@ -83,6 +83,14 @@ def _at(table: jax.Array, j: jax.Array) -> jax.Array:
     return lax.dynamic_index_in_dim(
         table, j, keepdims=False, allow_negative_indices=False
     )
+
+
+def _table_literal(table: dict, key: Any, j: Any, value: Any, aval: Any) -> Any:
+    """A literal of a branch's code at step `j`: from its table where the steps
+    differ in it, else `value`."""
+    if key not in table:
+        return value
+    return lax.convert_element_type(_at(table[key], j), aval.dtype)
 
 
 def _zeros(aval: Any) -> jax.Array:
@@ -154,29 +162,11 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
     later.update(v for v in jaxpr.outvars if not is_literal(v))
     out_vars = [v for v in calls[-1].outvars if v in later]
     kept = [p for p, v in enumerate(calls[-1].outvars) if v in later]
-    # Where every step but the last runs one branch, the code of it that only
-    # computes the next call's inputs from values of before the loop runs at the
-    # start of the step that reads them (`_roll_inputs.py`).
-    moved: tuple[int, ...] = ()
-    skipped: frozenset[int] = frozenset()
-    fresh: dict[int, Any] = {}
+    # Code that only computes the next call's inputs from values of before the
+    # loop runs at the start of the step that reads them (`_roll_inputs.py`).
     shared = plan.classes[0]
     first = plan.representatives[shared]
-    if all(c == shared for c in plan.classes[:-1]) and first + 1 < k:
-        before = set(jaxpr.invars) | set(jaxpr.constvars)
-        before.update(v for e in eqns[: sites[0]] for v in e.outvars)
-        keep = later | {v for v in plan.writes[first] if v is not None}
-        keep.update(v for v in plan.last_next if v is not None)
-        moved, skipped, fresh = step_start_inputs(
-            segments[first], calls[first + 1], varying, before, keep
-        )
-        fresh = {
-            q: v
-            for q, v in fresh.items()
-            if not (plan.last_next and plan.last_next[q] is not None)
-        }
-        if not fresh:
-            moved, skipped = (), frozenset()
+    moved, skipped, fresh = fresh_inputs(jaxpr, plan, segments[first], later)
     carried = [q for q in range(len(varying)) if q not in fresh]
 
     def read(env: dict, v: Any) -> Any:
@@ -204,9 +194,7 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             segment = segments[r]
 
             def literal_at(j, key, value, aval):
-                if key not in table:
-                    return value
-                return lax.convert_element_type(_at(table[key], j), aval.dtype)
+                return _table_literal(table, key, j, value, aval)
 
             def go(j, args, slots, outs):
                 local = dict(outer)
@@ -269,13 +257,9 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
                 local = dict(outer)
 
                 def literal(i, q, value):
-                    key = ("eqn", moved[i], q)
-                    if key not in tables[shared]:
-                        return value
                     aval = segment[moved[i]].invars[q].aval
-                    return lax.convert_element_type(
-                        _at(tables[shared][key], prev), aval.dtype
-                    )
+                    key = ("eqn", moved[i], q)
+                    return _table_literal(tables[shared], key, prev, value, aval)
 
                 eval_eqns([segment[i] for i in moved], local, literal)
                 for q, var in fresh.items():

@@ -12,7 +12,49 @@ benchmark's nested-jit case), a measurably faster compile.
 from collections.abc import Sequence
 from typing import Any
 
+from ._roll_plan import RollPlan
 from ._roll_steps import defined, is_literal
+
+
+def fresh_inputs(
+    jaxpr: Any, plan: RollPlan, segment: Sequence[Any], later: set
+) -> tuple[tuple[int, ...], frozenset[int], dict[int, Any]]:
+    """The inputs of a rolled program's calls to compute at the start of each step
+    (see `step_start_inputs`), where every step but the last runs one branch.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top-level `Jaxpr`.
+    - `plan`: its `RollPlan`.
+    - `segment`: the code of the branch the steps share.
+    - `later`: the variables the program reads after the loop.
+
+    **Returns:**
+
+    `step_start_inputs`'s `(moved, skipped, fresh)`; `((), frozenset(), {})` where
+    the steps do not share one branch or no input qualifies.
+    """
+    shared = plan.classes[0]
+    first = plan.representatives[shared]
+    k = len(plan.sites)
+    if not all(c == shared for c in plan.classes[:-1]) or first + 1 >= k:
+        return (), frozenset(), {}
+    eqns = jaxpr.eqns
+    before = set(jaxpr.invars) | set(jaxpr.constvars)
+    before.update(v for e in eqns[: plan.sites[0]] for v in e.outvars)
+    keep = later | {v for v in plan.writes[first] if v is not None}
+    next_call = eqns[plan.sites[first + 1]]
+    # An input the last step's tail computes for the code after the loop stays
+    # carried (the loop's last carry holds it).
+    keep.update(
+        next_call.invars[p]
+        for p, after in zip(plan.varying, plan.last_next)
+        if after is not None
+    )
+    moved, skipped, fresh = step_start_inputs(
+        segment, next_call, plan.varying, before, keep
+    )
+    return (moved, skipped, fresh) if fresh else ((), frozenset(), {})
 
 
 def step_start_inputs(
