@@ -212,21 +212,33 @@ def row_score(results: dict, runs: int) -> dict:
 
 def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dict]:
     """All k of one (kind, workload, n), in increasing order; at each k after the
-    first the fixed variants best-first (by their total at the previous k); each
-    (case, variant) `repeats` times, the repeat with the median total kept."""
+    first the fixed variants best-first (by their total at the previous k). Each
+    (case, variant) is measured `repeats` times, interleaved: every round measures
+    each variant once (the skips decided in the first), so that a slow spell of the
+    machine falls on all of them; the repeat with the median total is kept."""
     rows, previous, k_prev = [], {}, None
     for k in sites:
         row = dict(kind=data.kind, workload=workload, n=data.n, layers=data.layers, k=k)
         results, skipped, outputs = {}, {}, {}
         row.update(results=results, skipped=skipped)
         by_total = lambda v: previous.get(v, {}).get("total_s", math.inf)
+        measured, trials = [], {}
         for variant in sorted(FIXED, key=by_total) + [BASELINE, *AUTOS]:
+            # The first round: the skips read its totals.
             if why := skip_reason(variant, data.n, results, previous, k, k_prev):
                 skipped[variant] = why
                 continue
-            trials = [measure(variant, data, row) for _ in range(repeats)]
-            t, outputs[variant] = harness.median_trial(trials, "total_s", ["total_s"])
-            t["run_s"] = median(trial["run_s"] for trial, _ in trials)
+            measured.append(variant)
+            trials[variant] = [measure(variant, data, row)]
+            results[variant] = trials[variant][0][0]
+        for _ in range(repeats - 1):
+            for variant in measured:
+                trials[variant].append(measure(variant, data, row))
+        for variant in measured:
+            got = trials[variant]
+            t, outputs[variant] = harness.median_trial(got, "total_s", ["total_s"])
+            t["run_s"] = median(trial["run_s"] for trial, _ in got)
+            t["run_all_s"] = [trial["run_s"] for trial, _ in got]
             results[variant] = t
             chose = f"  -> {t['choice']['strategy']}" if variant in AUTOS else ""
             print(f"    {label(row):<30} {variant:<12} total {t['total_s']:8.3f} s  "
