@@ -1,6 +1,6 @@
-"""Marked calls: an operator's `mv` applied through one cached `jax.jit` of its plain
-lineax `mv`, with the operator's arrays as arguments and its static part (its
-functions, tags and structures) as the cache key.
+"""Marked calls: an operator's `mv` applied through a cached `jax.jit` of its plain
+lineax `mv`, with the operator's arrays as arguments, one per static part (its
+functions, tags and structures) and trace (see `_marked_call.py`).
 
 The user's function is then traced once per operator kind and signature, however
 many call sites there are, and each call site is one recognisable `jit` equation
@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
-import jax
 import lineax as lx
 from jaxtyping import PyTree
 
-from .._compat import hashable_combine, hashable_partition, root_trace_ref
+from .._compat import hashable_partition, root_trace_ref
 from ._base import AbstractPolicy, RawMv
+from ._marked_call import MarkedCall
 from ._per_object import cached_per_object, per_object_cache
 
 
@@ -104,12 +104,7 @@ def pinned_scope(scope: TraceScope | None) -> Iterator[None]:
         _PINNED.reset(token)
 
 
-def _apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
-    static, _ = key
-    return hashable_combine(dynamic, static.value)(vector)
-
-
-def named_marked(name: str) -> Callable:
+def named_marked(name: str, inline: bool = False) -> MarkedCall:
     """A marked call of its own, whose equations are named `name` (which must start
     with `MARKED_NAME`): how `lxd.jit` tells the call sites of each `Auto` operator
     kind in a traced program apart.
@@ -117,27 +112,28 @@ def named_marked(name: str) -> Callable:
     **Arguments:**
 
     - `name`: the equations' name.
+    - `inline`: whether a call under a trace puts the callee's equations in the
+        calling program (`jax.jit(..., inline=True)`: still traced once per trace
+        and signature, but with no call equation, so the program is lowered and
+        compiled exactly as lineax's) rather than one call equation.
 
     **Returns:**
 
-    A `jax.jit` function of `(key, dynamic, vector)`.
+    A `MarkedCall` of `(key, dynamic, vector)`.
     """
     if not name.startswith(MARKED_NAME):
         raise ValueError(f"a marked call's name must start with {MARKED_NAME!r}.")
-
-    def apply(key: tuple, dynamic: PyTree[Any], vector: PyTree[Any]) -> PyTree[Any]:
-        return _apply(key, dynamic, vector)
-
-    apply.__name__ = apply.__qualname__ = name
-    return jax.jit(apply, static_argnums=0)
+    return MarkedCall(name, inline)
 
 
 # The marked call of `Roll` operators: `lxd.jit` rolls its call sites.
 lineax_dispatch_mv = named_marked(MARKED_NAME)
-# The marked call of operators applied inline (`Lazy`, and `Auto` under a plain
-# `jax.jit`): traced once per trace, inlined by XLA; `lxd.jit` leaves it as it is.
+# The call of operators applied inline (`Lazy`, and `Auto` under a plain
+# `jax.jit`): traced once per trace and signature, its equations put in the calling
+# program (no call equation: the program lowers and compiles as lineax's); `lxd.jit`
+# finds nothing of it to rewrite.
 INLINE_NAME = MARKED_NAME + "_inline"
-inline_mv = named_marked(INLINE_NAME)
+inline_mv = named_marked(INLINE_NAME, inline=True)
 
 
 def is_marked(eqn: Any) -> bool:

@@ -67,10 +67,12 @@ class Group:
 class Action:
     """What the rewrite does with a group's sites: `"roll"` its top-level sites (one
     loop body, or one stacked call where they are independent), `"materialise"`
-    them (one matrix built before the first, a matrix product at each) or
-    `"outline"` every site, at any depth (one out-of-line `mv`); with the build's
-    chunk of columns and the number of the call's inputs that are the operator's
-    arrays (the rest are the vector's leaves)."""
+    them (one matrix built before the first, a matrix product at each),
+    `"outline"` every site, at any depth (one out-of-line `mv`), or `"inline"` its
+    top-level sites (the callee's equations put in the program, as lineax's: no
+    call to lower and compile); with the build's chunk of columns and the number
+    of the call's inputs that are the operator's arrays (the rest are the vector's
+    leaves)."""
 
     kind: str
     batch_size: int | None = None
@@ -211,6 +213,15 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     """
     operator = record.operator
     top_only = not group.nested
+    if group.executions <= 1:
+        # One call, run once: nothing to share, and no estimate needed.
+        return Decision(
+            Lazy(),
+            (
+                "1 call site, executed once per run: nothing to share between "
+                "calls; applied inline, as lineax does.",
+            ),
+        )
     arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
@@ -283,6 +294,8 @@ def plan_program(
                 actions[key] = Action("materialise", policy.batch_size, arrays)
             elif isinstance(policy, Outline):
                 actions[key] = Action("outline", arrays=arrays)
+            elif group.sites:
+                actions[key] = Action("inline")
         elif len(group.sites) < 2:
             continue
         elif group.name == MARKED_NAME:

@@ -3,7 +3,7 @@ to the traced program: roll or stack its top-level call sites (`_roll.py`,
 `_stack.py`), share one matrix between them (`_program_materialise.py`), or call
 one out-of-line `mv` from every site (`_program_outline.py`)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -14,8 +14,9 @@ from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
 from ._program_outline import outline_group
-from ._roll import rolled_function
+from ._roll import eval_eqns, rolled_function
 from ._roll_plan import plan_roll
+from ._roll_steps import is_literal
 from ._stack import plan_stack, stacked_function
 
 
@@ -24,6 +25,8 @@ def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
     first, by `rewrite_program`) applied to the calls at `sites`, or `None` where
     it cannot be (the calls' inputs or the code between them do not allow it)."""
     jaxpr = closed.jaxpr
+    if action.kind == "inline":
+        return inlined_function(closed, sites)
     if action.kind == "materialise":
         return materialised_function(closed, sites, action.arrays, action.batch_size)
     if len(sites) < 2:
@@ -69,7 +72,11 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
             for key, group in find_groups(closed.jaxpr).items()
             if key in actions and key not in done and group.sites
         ]
-        # Largest groups first: their loops take the code of the others in.
+        # Largest groups first: their loops take the code of the others in. The
+        # groups applied inline: last, together, in the program as it then is
+        # (not worth a trace of the rewritten program of their own).
+        inline = sorted(s for k, g in pending if actions[k].kind == "inline" for s in g)
+        pending = [item for item in pending if actions[item[0]].kind != "inline"]
         pending.sort(key=lambda item: len(item[1]), reverse=True)
         rewrite = None
         for key, sites in pending:
@@ -78,7 +85,7 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
             if rewrite is not None:
                 break
         if rewrite is None:
-            return run
+            return inlined_function(closed, inline) if inline else run
         run = rewrite
         if all(key in done for key, _ in pending):
             return run  # no other group to look for
@@ -87,6 +94,40 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
         # Each pass handles one group, so this ends.
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
         closed = jax.make_jaxpr(run)(*structs)
+
+
+def inlined_function(closed: Any, sites: Sequence[int]) -> Callable:
+    """The program `closed` with the marked calls at `sites` (top-level indices)
+    replaced by their callees' equations, as a function of the jaxpr's inputs
+    returning its outputs (a flat list).
+
+    **Arguments:**
+
+    - `closed`: the program, a `ClosedJaxpr`.
+    - `sites`: indices of marked calls at its top level.
+
+    **Returns:**
+
+    A function `(*inputs) -> list of outputs`.
+    """
+    jaxpr = closed.jaxpr
+    inline = set(sites)
+
+    def run(*inputs):
+        env: dict = dict(zip(jaxpr.constvars, closed.consts))
+        env.update(zip(jaxpr.invars, inputs))
+        for index, eqn in enumerate(jaxpr.eqns):
+            if index not in inline:
+                eval_eqns([eqn], env)
+                continue
+            invals = [v.val if is_literal(v) else env[v] for v in eqn.invars]
+            outs = jex.jaxpr_as_fun(eqn.params["jaxpr"])(*invals)
+            for var, value in zip(eqn.outvars, outs):
+                if not isinstance(var, jex.DropVar):
+                    env[var] = value
+        return [v.val if is_literal(v) else env[v] for v in jaxpr.outvars]
+
+    return run
 
 
 def rolled_entry(run: Callable, out_tree: Any) -> Callable:

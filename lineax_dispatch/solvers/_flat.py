@@ -12,6 +12,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
@@ -90,8 +91,10 @@ def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flatte
 
 
 def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
-    """`<a, b>` with `a` conjugated, as lineax's `tree_dot`."""
-    return jnp.vdot(a, b)
+    """`<a, b>` with `a` conjugated, as lineax's `tree_dot`: at the highest
+    precision (on an accelerator a default-precision `float32` dot may round its
+    inputs to fewer bits, which a Krylov solver's inner products cannot afford)."""
+    return jnp.dot(jnp.conj(a), b, precision=lax.Precision.HIGHEST)
 
 
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
