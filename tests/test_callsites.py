@@ -134,3 +134,57 @@ def test_outline_with_lineax_solver_runs_the_function_once_per_trace_of_the_call
     assert jnp.allclose(matrix @ x, b, atol=1e-4)
     # lineax's GMRES writes `mv` at two places; both call the one outlined callee.
     assert len(counter) <= 2
+
+
+def _eqn_names(jaxpr) -> list[str]:
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names += _eqn_names(sub)
+    return names
+
+
+@pytest.mark.parametrize("policy", [lxd.Lazy(), lxd.Auto()], ids=["Lazy", "Auto"])
+def test_under_jax_jit_the_program_is_lineax_s(policy):
+    """Under a plain `jax.jit`, an operator applied inline is traced once for its
+    four sites, and the traced program is lineax's equation for equation (no call
+    equation to lower and compile)."""
+    counter = []
+    op, matrix = _counted_operator(policy, counter)
+    x = jnp.linspace(0.1, 1.0, N, dtype=jnp.float32)
+    ours = jax.jit(_four_sites(op)).trace(x).jaxpr.jaxpr
+    assert len(counter) == 1
+    theirs = lx.FunctionLinearOperator(
+        lambda v: matrix @ v, jax.ShapeDtypeStruct((N,), jnp.float32)
+    )
+    reference = jax.jit(_four_sites(theirs)).trace(x).jaxpr.jaxpr
+    assert "jit" not in _eqn_names(ours)
+    assert _eqn_names(ours) == _eqn_names(reference)
+
+
+def test_a_new_operator_kind_is_traced_without_comparing_earlier_kinds(monkeypatch):
+    """Each operator kind's marked call is a `jax.jit` of its own: tracing a program
+    after many other kinds were applied compares no kind's key with another's
+    (with one `jax.jit` taking the key as a static argument, jax's cache of
+    argument shardings held every kind under one hash, and each trace compared
+    its key with all of them)."""
+    from lineax_dispatch.policies import _marked
+
+    compared = []
+    equal = _marked._HashedKey.__eq__
+    counted = lambda self, other: compared.append(1) or equal(self, other)
+    monkeypatch.setattr(_marked._HashedKey, "__eq__", counted)
+    x = jnp.linspace(0.1, 1.0, N, dtype=jnp.float32)
+    kept = []
+    for scale in range(1, 41):
+        # A new function per operator: a new kind (kept alive, as its cache is).
+        matrix = scale * jnp.eye(N, dtype=jnp.float32)
+        fn = lambda v, matrix=matrix: matrix @ v
+        structure = jax.ShapeDtypeStruct((N,), jnp.float32)
+        op = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Lazy())
+        kept.append(op)
+        jax.jit(lambda v, op=op: op.mv(v) + op.mv(2 * v)).trace(x)
+    # Equal keys may be compared (a kind's second site finds its first's jit);
+    # before, the 40 traces compared keys about 800 times.
+    assert len(compared) <= 2 * len(kept)

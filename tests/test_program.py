@@ -262,6 +262,24 @@ def test_explain_reads_the_program():
     assert "Roll is cheapest" in row.decision.reasons[-1]
 
 
+def test_one_site_run_once_is_lowered_as_lineax_s():
+    """One call of an `Auto` operator, run once: decided `Lazy` without estimates,
+    and its equations put in the program (no call left to lower and compile),
+    under jit, grad, jvp and vmap."""
+    op = _operators(lxd.Auto())[0]
+    x = jnp.linspace(0.1, 1.0, N)
+    f = lambda x: jnp.sin(op.mv(x))
+    compiled = lxd.jit(f)
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Lazy" and not decision.estimates
+    assert "1 call site" in decision.reasons[0]
+    assert " call @" not in compiled.lower(x).as_text()
+    _close(compiled(x), jax.jit(f)(x))
+    with jax.checking_leaks():
+        got = jax.jit(_transformed(f, lxd.jit))(*_transformed_args(x))
+    _close(got, jax.jit(_transformed(f, jax.jit))(*_transformed_args(x)))
+
+
 def test_nested_static_and_donated():
     op = _operators(lxd.Auto(cost_model=_MODELS["roll"]))[0]
     lazy = _operators(lxd.Lazy())[0]
