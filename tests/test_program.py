@@ -263,16 +263,15 @@ def test_explain_reads_the_program():
 
 
 def test_one_site_run_once_is_lowered_as_lineax_s():
-    """One call of an `Auto` operator, run once: decided `Lazy` without estimates,
-    and its equations put in the program (no call left to lower and compile),
-    under jit, grad, jvp and vmap."""
+    """One call of an `Auto` operator, run once, decided `Lazy`: its equations are
+    put in the program (no call left to lower and compile), under jit, grad, jvp
+    and vmap."""
     op = _operators(lxd.Auto())[0]
     x = jnp.linspace(0.1, 1.0, N)
     f = lambda x: jnp.sin(op.mv(x))
     compiled = lxd.jit(f)
     (decision,) = compiled.decisions(x).values()
-    assert decision.strategy == "Lazy" and not decision.estimates
-    assert "1 call site" in decision.reasons[0]
+    assert decision.strategy == "Lazy"
     assert " call @" not in compiled.lower(x).as_text()
     _close(compiled(x), jax.jit(f)(x))
     with jax.checking_leaks():

@@ -213,15 +213,6 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     """
     operator = record.operator
     top_only = not group.nested
-    if group.executions <= 1:
-        # One call, run once: nothing to share, and no estimate needed.
-        return Decision(
-            Lazy(),
-            (
-                "1 call site, executed once per run: nothing to share between "
-                "calls; applied inline, as lineax does.",
-            ),
-        )
     arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
