@@ -14,7 +14,7 @@ from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
 from ._program_outline import outline_group
-from ._roll import eval_eqns, rolled_function
+from ._roll import eval_eqns, prologue, rolled_function
 from ._roll_plan import plan_roll
 from ._roll_steps import is_literal
 from ._stack import plan_stack, stacked_function
@@ -25,8 +25,6 @@ def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
     first, by `rewrite_program`) applied to the calls at `sites`, or `None` where
     it cannot be (the calls' inputs or the code between them do not allow it)."""
     jaxpr = closed.jaxpr
-    if action.kind == "inline":
-        return inlined_function(closed, sites)
     if action.kind == "materialise":
         return materialised_function(closed, sites, action.arrays, action.batch_size)
     if len(sites) < 2:
@@ -114,8 +112,7 @@ def inlined_function(closed: Any, sites: Sequence[int]) -> Callable:
     inline = set(sites)
 
     def run(*inputs):
-        env: dict = dict(zip(jaxpr.constvars, closed.consts))
-        env.update(zip(jaxpr.invars, inputs))
+        env = prologue(closed, inputs, 0)
         for index, eqn in enumerate(jaxpr.eqns):
             if index not in inline:
                 eval_eqns([eqn], env)
