@@ -171,11 +171,13 @@ def test_grad_runs_function_once_per_compute(name):
     assert counts["ours"] <= counts["lineax"] / 2, counts
 
 
+@pytest.mark.parametrize("bad", [jnp.nan, jnp.inf], ids=["nan", "inf"])
 @pytest.mark.parametrize("name", list(SOLVERS))
-def test_nonfinite_input(name):
+def test_nonfinite_input(name, bad):
+    # (CG keeps no flag for it: its `gamma = <M r, r>` is non-finite then.)
     ours, _, kinds = SOLVERS[name]
     kind = kinds[-1]
-    b = jnp.asarray(rhs(kind, jnp.float64)).at[0].set(jnp.nan)
+    b = jnp.asarray(rhs(kind, jnp.float64)).at[0].set(bad)
     operator = function_operator(kind, jnp.float64)
     _, result, _ = eqx.filter_jit(_solve)(operator, b, ours(1e-8))
     assert result == lx.RESULTS.nonfinite_input

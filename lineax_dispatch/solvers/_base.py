@@ -29,8 +29,6 @@ class _LoopEnd(Protocol):
     def y(self) -> Array: ...
     @property
     def step(self) -> Array: ...
-    @property
-    def finite(self) -> Array: ...
 
 
 class _Residuals(Protocol):
@@ -263,6 +261,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         max_steps: int,
         not_converged: Bool[Array, ""],
         *,
+        finite_input: Bool[Array, ""],
         codes: tuple[tuple[Bool[Array, ""], lx.RESULTS], ...] = (),
         breakdown: Bool[Array, ""] | None = None,
         finite_state: Bool[Array, ""] | None = None,
@@ -272,10 +271,11 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         **Arguments:**
 
         - `system`: the system solved.
-        - `state`: the loop's final state (its iterate `y`, step count `step` and
-            whether the right-hand side is finite, `finite`).
+        - `state`: the loop's final state (its iterate `y` and step count `step`).
         - `max_steps`: the bound on `state.step` the loop ran under.
         - `not_converged`: the stopping test on the final state.
+        - `finite_input`: whether the right-hand side is finite (as far as the
+            solver checks it: see `finish_result`'s `finite_state`).
         - `codes`: `(where, result)` pairs applied, in order, over the result of the
             step count.
         - `breakdown`, `finite_state`: as for `finish_result`.
@@ -288,7 +288,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         result = self.steps_result((state.step >= max_steps) & not_converged)
         for where, code in codes:
             result = lx.RESULTS.where(where, code, result)
-        result = finish_result(result, state.finite, breakdown, finite_state)
+        result = finish_result(result, finite_input, breakdown, finite_state)
         stats = {"num_steps": state.step, "max_steps": self.max_steps}
         return system.total(state.y), result, stats
 

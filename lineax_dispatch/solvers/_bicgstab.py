@@ -163,7 +163,9 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
 
         s = lax.while_loop(cond_fun, body_fun, init)
         nc = self.not_converged(system, s)
-        return self.loop_end(system, s, max_steps, nc, breakdown=broken(s) & nc)
+        return self.loop_end(
+            system, s, max_steps, nc, finite_input=s.finite, breakdown=broken(s) & nc
+        )
 
 
 BiCGStab.__init__.__doc__ = r"""**Arguments:**

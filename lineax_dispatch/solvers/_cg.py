@@ -7,6 +7,7 @@ import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
@@ -16,22 +17,27 @@ from ._base import (
     conj_options,
     transpose_options,
 )
-from ._flat import dot, keep_conj, keep_linearise
+from ._flat import dot, keep_conj, keep_linearise, select
 from ._system import System
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
-# The loop's `stop` code: the last `p^T A p` was fine, negative (the operator
-# is not definite: `breakdown`) or too small (`singular`); the loop stops on either.
-_CURVATURE_OK, _CURVATURE_NEGATIVE, _CURVATURE_ZERO = 0, 1, 2
+# The loop's `mode`: its next pass is an ordinary step or a residual pass (the
+# first and every refresh), or it stopped because the last `p^T A p` was negative
+# (the operator is not definite: `breakdown`) or too small (`singular`). One value
+# rather than a flag and a code: XLA:CPU compiles each scalar the loop computes
+# apart as a kernel of its own, at ~10 ms each.
+_STEP, _RESIDUAL, _CURVATURE_NEGATIVE, _CURVATURE_ZERO = (np.int32(c) for c in range(4))
 
 
 class _Loop(NamedTuple):
     """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
-    update `diff` and `gamma = <M r, r>`; `pending` marks a residual pass (the
-    first and every refresh); `unconverged` is the stopping test of this state
-    (computed once, at the end of the pass that made it); `stop` says why the loop
-    stopped early, if it did; `b_scale` and `finite` describe the right-hand side."""
+    update `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
+    why the loop stopped early (`_STEP`, `_RESIDUAL`, `_CURVATURE_*`);
+    `unconverged` is the stopping test of this state (computed once, at the end of
+    the pass that made it); `b_scale` scales the right-hand side for the stopping
+    test. (Whether that is finite needs no flag: `gamma` is non-finite from the
+    first pass on where the residual is, and the loop stops.)"""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
@@ -39,10 +45,8 @@ class _Loop(NamedTuple):
     diff: Inexact[Array, " n"]
     gamma: Inexact[Array, ""]
     step: Int[Array, ""]
-    pending: Bool[Array, ""]
+    mode: Int[Array, ""]
     unconverged: Bool[Array, ""]
-    stop: Int[Array, ""]
-    finite: Bool[Array, ""]
     b_scale: Array
 
 
@@ -128,7 +132,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         max_steps = self.resolve_max_steps(size)
         rcond = 2 * jnp.finfo(flat.dtype).eps * max(size, 1)
         zero = jnp.zeros((), flat.dtype)
-        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
         init = _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
@@ -136,34 +140,32 @@ class CG(AbstractOneSiteSolver[_CGState]):
             diff=jnp.full_like(y0, jnp.inf),
             gamma=zero,
             step=jnp.array(0),
-            pending=jnp.array(True),
+            mode=jnp.asarray(_RESIDUAL),
             unconverged=jnp.array(True),  # `diff` is infinite
-            stop=jnp.array(_CURVATURE_OK),
-            finite=finite,
             b_scale=b_scale,
         )
 
         def cond_fun(s: _Loop):
-            going = s.finite & (s.stop == _CURVATURE_OK)
             iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps) & s.unconverged
-            return going & (s.pending | iterate)
+            return (s.mode == _RESIDUAL) | ((s.mode == _STEP) & iterate)
 
         def body_fun(s: _Loop):
-            pending, p, gamma = s.pending, s.p, s.gamma
+            pending, p, gamma = s.mode == _RESIDUAL, s.p, s.gamma
             # The one application slot: the iterate on a residual step, else the
-            # search direction.
-            out = system.apply(jnp.where(pending, s.y, p), pending)
-            curvature = dot(p, out)
+            # search direction. `out` is then the residual; `product` is `A p` on
+            # an ordinary step (where it is read), the bare output of `mv`.
+            out, product = system.apply_split(select(pending, s.y, p), pending)
+            curvature = dot(p, product)
             threshold = 100 * rcond * jnp.abs(gamma)
             ok = jnp.real(curvature) > threshold
             step_taken = ~pending & ok
             bad = ~pending & ~ok
             negative = jnp.real(curvature) < -threshold
-            code = jnp.where(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
-            alpha = gamma / jnp.where(ok, curvature, 1)
-            diff = jnp.where(step_taken, alpha * p, s.diff)
-            y = jnp.where(step_taken, s.y + diff, s.y)
-            r = jnp.where(pending, out, jnp.where(step_taken, s.r - alpha * out, s.r))
+            code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
+            alpha = gamma / select(ok, curvature, 1)
+            diff = select(step_taken, alpha * p, s.diff)
+            y = select(step_taken, s.y + diff, s.y)
+            r = select(pending, out, select(step_taken, s.r - alpha * product, s.r))
             step = s.step + step_taken.astype(s.step.dtype)
             if self.stabilise_every is None:
                 refresh = jnp.array(False)
@@ -172,42 +174,44 @@ class CG(AbstractOneSiteSolver[_CGState]):
             # Only the first pass starts with `gamma == 0`: a later pass runs on a
             # positive `gamma`, or refreshes the residual keeping such a one.
             first = gamma == 0
-            b_scale, finite = system.from_first_residual(
-                first, out, self.b_scale, (s.b_scale, s.finite)
+            b_scale, _ = system.from_first_residual(
+                first, out, self.b_scale, (s.b_scale, jnp.array(True))
             )
             z = precond(r)
             gamma_new = dot(z, r)
-            beta = jnp.where(first, 0, gamma_new / jnp.where(first, 1, gamma))
-            advance = ~refresh & ~bad
+            beta = select(first, 0, gamma_new / select(first, 1, gamma))
+            mode = select(bad, code, select(refresh, _RESIDUAL, _STEP))
+            # (Read from `mode`, which the loop carries anyway, rather than from
+            # `refresh` and `bad`: one scalar kernel fewer.)
+            advance = mode == _STEP
             new = _Loop(
                 y=y,
                 r=r,
-                p=jnp.where(advance, z + beta * p, p),
+                p=select(advance, z + beta * p, p),
                 diff=diff,
-                gamma=jnp.where(advance, gamma_new, gamma),
+                gamma=select(advance, gamma_new, gamma),
                 step=step,
-                pending=refresh,
+                mode=mode,
                 unconverged=s.unconverged,
-                stop=jnp.where(bad, code, _CURVATURE_OK),
-                finite=finite,
                 b_scale=b_scale,
             )
             return new._replace(unconverged=self.not_converged(system, new))
 
         s = lax.while_loop(cond_fun, body_fun, init)
         # `gamma = <M r, r>` is that of the final residual: every pass that changes
-        # `r` but not `gamma` is followed by one that does. (A non-finite iterate
-        # with a finite residual is left to `lx.linear_solve`'s own check of the
-        # solution.)
-        finite_state = jnp.isfinite(s.gamma)
+        # `r` but not `gamma` is followed by one that does. It is non-finite where
+        # the right-hand side or the operator is (a non-finite entry of `r` makes a
+        # term of the sum inf or NaN), so it stands for the check of both. (A
+        # non-finite iterate with a finite residual is left to `lx.linear_solve`'s
+        # own check of the solution.)
         return self.loop_end(
             system,
             s,
             max_steps,
             s.unconverged,
-            codes=((s.stop == _CURVATURE_ZERO, lx.RESULTS.singular),),
-            breakdown=s.stop == _CURVATURE_NEGATIVE,
-            finite_state=finite_state,
+            finite_input=jnp.isfinite(s.gamma),
+            codes=((s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),),
+            breakdown=s.mode == _CURVATURE_NEGATIVE,
         )
 
     def transpose(self, state: _CGState, options: dict[str, Any]):

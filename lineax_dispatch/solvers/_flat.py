@@ -97,6 +97,19 @@ def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     return jnp.dot(jnp.conj(a), b, precision=lax.Precision.HIGHEST)
 
 
+def select(pred: Array, on_true: Any, on_false: Any) -> Array:
+    """`jnp.where(pred, on_true, on_false)` for a scalar `pred` and operands of one
+    shape (a Python number takes the dtype of the other operand), as `lax.select`:
+    `jnp.where` is a jitted function, a call of its own to trace and lower at each
+    use, and a solver's loop body selects a dozen times (traced twice: by the
+    solve and by its lowering)."""
+    if not isinstance(on_true, jax.Array):
+        on_true = jnp.asarray(on_true, jnp.result_type(on_false))
+    if not isinstance(on_false, jax.Array):
+        on_false = jnp.asarray(on_false, jnp.result_type(on_true))
+    return lax.select(pred, on_true, on_false)
+
+
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
 

@@ -214,6 +214,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             s,
             max_steps,
             nc,
+            finite_input=s.finite,
             codes=((stagnated, lx.RESULTS.stagnation),),
             breakdown=s.deferred_breakdown & nc,
         )

@@ -231,6 +231,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             s,
             max_steps,
             nc,
+            finite_input=s.finite,
             codes=((s.singular & nc, lx.RESULTS.singular),),
             breakdown=s.breakdown,
             finite_state=finite_state,

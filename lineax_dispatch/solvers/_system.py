@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat import all_finite, flat_mv, Flattener, result_dtype
+from ._flat import all_finite, flat_mv, Flattener, result_dtype, select
 
 
 class System(eqx.Module):
@@ -30,12 +30,28 @@ class System(eqx.Module):
     - `offset`: the solution of the user's problem is `offset + y` (used by the
         stopping test's `|y|` scale); `None` for no offset.
     - `flat`: ravels and unravels vectors of the system's structure.
+    - `split`: `(x, residual) -> (apply(x, residual), N x)` through the same one
+        `mv`, where the system can give `N x` apart from the residual (the plain
+        system); `None` where it cannot (see `apply_split`).
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
     rhs: Array | None
     offset: Array | None
     flat: Flattener
+    split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
+
+    def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
+        """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
+        whenever `residual` is false (and, where `residual` is true, either `N x`
+        or the same as the first). A solver that reads `N x` only on its
+        non-residual passes uses `product` there: it is the `mv`'s output itself,
+        not a select between it and the residual, which XLA:CPU would compile as
+        a kernel of its own."""
+        if self.split is None:
+            out = self.apply(x, residual)
+            return out, out
+        return self.split(x, residual)
 
     def total(self, y: Array) -> Array:
         """The solution of the user's problem for the system's iterate `y`."""
@@ -106,12 +122,16 @@ def plain_system(
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
 
-    def apply(x: Array, residual: Bool[Array, ""]) -> Array:
+    def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         w = mv(x)
-        return jnp.where(residual, b - w, w)
+        return select(residual, b - w, w), w
+
+    def apply(x: Array, residual: Bool[Array, ""]) -> Array:
+        return split(x, residual)[0]
 
     y0_flat = jnp.zeros(flat.size, dtype) if y0 is None else flat.ravel(y0)
-    return System(apply=apply, rhs=b, offset=None, flat=flat), y0_flat
+    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
+    return system, y0_flat
 
 
 def flat_preconditioner(
