@@ -34,7 +34,8 @@ Eager `mv`: the second and later calls of `op.mv(v)` outside any trace, for plai
 lineax (op-by-op dispatch) and for operators of ours under `Lazy` and `Auto` (one
 compiled `mv`, compiled once per operator kind and signature), against a jitted
 `mv` (targets: within 1.5x of the jitted `mv`, and 10x faster than lineax at 24
-layers n=256).
+layers n=256). The variants' later calls are interleaved (21 rounds, each calling
+every variant once) and their median kept.
 
 How to run
 ----------
@@ -133,24 +134,34 @@ def measure(variant: str, pattern: str, layers, n: int, k: int):
     return dict(timings, run_per_mv_s=timings["run_s"] / k), np.asarray(out)
 
 
-def eager(layers, n: int, calls: int = 5) -> dict:
-    """The first and later calls of `op.mv` outside any trace, and of a jitted
-    `mv`."""
+def eager(layers, n: int, rounds: int = 21) -> dict:
+    """The first call of `op.mv` outside any trace for each variant (plain lineax,
+    ours under `Lazy` and `Auto`), then `rounds` later calls of each and of a
+    jitted `mv`, interleaved (each round calls every variant once, so that a slow
+    spell of the machine falls on all of them): the median of the later calls."""
     weights, scales = layers
     v = jnp.ones(n, jnp.float32)
-    out = {}
+    calls = {}
+    out: dict = {}
     for variant, policy in (
         ("lineax", None),
         ("lxd Lazy", lxd.Lazy()),
         ("lxd Auto", lxd.Auto()),
     ):
         op = _operator(weights, scales, n, policy)
-        times = harness.call_times(lambda: op.mv(v), calls)
-        out[variant] = dict(first_s=times[0], later_s=statistics.median(times[1:]))
+        calls[variant] = lambda op=op: op.mv(v)
+        out[variant] = dict(first_s=harness.call_times(calls[variant], 1)[0])
     jitted = eqx.filter_jit(lambda o, v: o.mv(v))
     op = _operator(weights, scales, n, None)
     jax.block_until_ready(jitted(op, v))
-    out["jitted mv"] = dict(later_s=harness.median_call_time(lambda: jitted(op, v), 5))
+    calls["jitted mv"] = lambda: jitted(op, v)
+    out["jitted mv"] = {}
+    later: dict = {variant: [] for variant in calls}
+    for _ in range(rounds):
+        for variant, call in calls.items():
+            later[variant] += harness.call_times(call, 1)
+    for variant, times in later.items():
+        out[variant]["later_s"] = statistics.median(times)
     return out
 
 

@@ -323,3 +323,41 @@ def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
         f = lxd.jit(lambda b: lx.linear_solve(outer, b, solver).value)
         np.testing.assert_allclose(f(b), expected, rtol=1e-8)
         assert traces
+
+
+@pytest.mark.parametrize(
+    "solver", [lxd.CG(1e-10, 1e-10), lxd.GMRES(1e-10, 1e-10)], ids=["CG", "GMRES"]
+)
+def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
+    """A solve's set-up around the loop (the flat system, the starting point, the
+    scale of the right-hand side) is this package's code: built under JAX's default
+    jit-cache context, so its `jax.numpy` calls reuse their traces from earlier
+    programs, while the operator's `mv` (the user's code) runs under the
+    program's own context."""
+    from lineax_dispatch.policies._registry import PASS_CONTEXT
+    from lineax_dispatch.solvers import _base
+
+    set_up, user = [], []
+    original = _base.plain_system
+
+    def plain_system(*args, **kwargs):
+        set_up.append(PASS_CONTEXT.value)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_base, "plain_system", plain_system)
+    a = jnp.asarray(np.eye(8) * 3 + 0.1)
+
+    def fn(x):
+        user.append(PASS_CONTEXT.value)
+        return a @ x
+
+    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+    op = lx.FunctionLinearOperator(
+        fn, structure, lx.positive_semidefinite_tag, closure_convert=False
+    )
+    user.clear()  # lineax's shape evaluation at construction, outside any program
+    b = jnp.arange(1.0, 9.0)
+    f = lxd.jit(lambda b: lx.linear_solve(op, b, solver).value)
+    np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
+    assert set_up and all(value is None for value in set_up)
+    assert user and all(value is not None for value in user)

@@ -152,7 +152,19 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
         """Reads `options`, builds the square system `operator y = vector` and runs
         `self.solve_system` on it. Returns the flat solution, the result, the stats
-        and the flattener of the solution."""
+        and the flattener of the solution. All of it is this package's own code
+        (`own_code`: the `jax.numpy` functions it calls reuse their traces from
+        earlier programs); the operator's and preconditioner's `mv`s are the user's
+        (`flat_mv` applies them under the program's own jit-cache context)."""
+        with own_code():
+            return self._solve_square(operator, vector, options)
+
+    def _solve_square(
+        self,
+        operator: lx.AbstractLinearOperator,
+        vector: PyTree[Array],
+        options: dict[str, Any],
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
         name = type(self).__name__
         preconditioner, y0 = preconditioner_and_y0(
             operator,

@@ -8,6 +8,7 @@ import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
 from ..operators._structure import structures_match
+from ..policies._registry import own_code
 from ._base import AbstractOneSiteSolver, conj_options, transpose_options
 from ._flat import (
     flat_mv,
@@ -110,7 +111,17 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         inner = self._one_site
         if inner is None:
             return lx.Normal(self.inner_solver).compute(state, vector, options)
-        operator = state
+        # This package's own code (see `AbstractOneSiteSolver.solve_square`).
+        with own_code():
+            return self._compute_one_site(inner, state, vector, options)
+
+    def _compute_one_site(
+        self,
+        inner: AbstractOneSiteSolver,
+        operator: _NormalState,
+        vector: PyTree[Array],
+        options: dict[str, Any],
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
         dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
         x_flat = Flattener(operator.in_structure(), dtype)
         b_flat = Flattener(operator.out_structure(), dtype)
