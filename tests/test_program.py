@@ -329,11 +329,12 @@ def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
     "solver", [lxd.CG(1e-10, 1e-10), lxd.GMRES(1e-10, 1e-10)], ids=["CG", "GMRES"]
 )
 def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
-    """A solve's set-up around the loop (the flat system, the starting point, the
-    scale of the right-hand side) is this package's code: built under JAX's default
-    jit-cache context, so its `jax.numpy` calls reuse their traces from earlier
-    programs, while the operator's `mv` (the user's code) runs under the
-    program's own context."""
+    """In the program's trace, a solve's set-up around the loop (the flat system,
+    the starting point, the scale of the right-hand side) is this package's code:
+    built under JAX's default jit-cache context, so its `jax.numpy` calls reuse
+    their traces from earlier programs, while the operator's `mv` (the user's
+    code) runs under the program's own context. The program is then lowered
+    under the caller's context."""
     from lineax_dispatch.policies._registry import PASS_CONTEXT
     from lineax_dispatch.solvers import _base
 
@@ -358,6 +359,12 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     user.clear()  # lineax's shape evaluation at construction, outside any program
     b = jnp.arange(1.0, 9.0)
     f = lxd.jit(lambda b: lx.linear_solve(op, b, solver).value)
-    np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
+    f.decisions(b)  # the program's one trace
     assert set_up and all(value is None for value in set_up)
     assert user and all(value is not None for value in user)
+    # Lowered under the caller's context (the decisions are fixed by then):
+    # lineax traces its solver again, and everything in it reuses earlier traces.
+    user.clear()
+    f.lower(b)
+    assert user and all(value is None for value in user)
+    np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)

@@ -18,11 +18,17 @@ from ._shared_solves import shared_solve_hints
 
 class Compiled(NamedTuple):
     """What `lxd.jit` keeps per signature of its arguments: the program (a
-    `jax.jit` of the traced and rewritten jaxpr), its jit-cache context, the output
-    box and the decisions (per `Auto` operator kind)."""
+    `jax.jit` of the traced and rewritten jaxpr), the output box and the decisions
+    (per `Auto` operator kind).
+
+    The program is lowered, compiled and called under the caller's jit-cache
+    context, not the trace's own (`PASS_CONTEXT`): the decisions are fixed in the
+    traced program by then (lineax's `linear_solve` lowers its solver by tracing it
+    again, with the operator's policy as its solver's `init` decided it), so the
+    `jax.numpy` functions lineax calls there reuse their traces from earlier
+    programs, as they do under `jax.jit`."""
 
     jitted: Any
-    context: Any
     box: OutputBox
     decisions: dict[Any, Decision]
 
@@ -109,14 +115,14 @@ class _CompileAware:
 
     def _trace(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
         """One trace of `fun` in a session of its own (told `hints`, see
-        `_shared_solves.py`): `((jitted, box, context, traced), session)`."""
+        `_shared_solves.py`): `((jitted, box, traced), session)`."""
         active = Session(solve_hints=hints)
         box = OutputBox()
         jitted = jax.jit(self.traceable(split, box), **self._passed)
         context = ("lxd.jit", active.token)
         with session(active), PASS_CONTEXT(context):
             traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
-        return (jitted, box, context, traced), active
+        return (jitted, box, traced), active
 
     def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:
         """Traces `fun` once for these arguments and reads the program: `(traced,
@@ -133,7 +139,7 @@ class _CompileAware:
     def _prepare(self, split: Arguments) -> Compiled:
         entry = self._compiled.get(split.key)
         if entry is None:
-            (jitted, box, context, traced), active, actions, autos = self.analyse(split)
+            (jitted, box, traced), active, actions, autos = self.analyse(split)
             run = rewrite_program(traced.jaxpr, actions)
             # The traced (or rewritten) program is compiled as it is: the user's
             # function is not traced again.
@@ -141,7 +147,7 @@ class _CompileAware:
                 program = _AsTraced(traced, self._passed)
             else:
                 program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
-            entry = Compiled(program, context, box, _decisions(active, autos))
+            entry = Compiled(program, box, _decisions(active, autos))
             self._compiled[split.key] = entry
         return entry
 
@@ -149,8 +155,7 @@ class _CompileAware:
         split = self._split(args, kwargs)
         entry = self._prepare(split)
         call = getattr(entry.jitted, method)
-        with PASS_CONTEXT(entry.context):
-            out = call(*split.dynamic_args, **split.dynamic_kwargs)
+        out = call(*split.dynamic_args, **split.dynamic_kwargs)
         return entry.box.combine(out) if method == "__call__" else out
 
     def __call__(self, *args, **kwargs):
