@@ -215,7 +215,8 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
     first the fixed variants best-first (by their total at the previous k). Each
     (case, variant) is measured `repeats` times, interleaved: every round measures
     each variant once (the skips decided in the first), so that a slow spell of the
-    machine falls on all of them; the repeat with the median total is kept."""
+    machine falls on all of them, every other round in reverse order; the repeat
+    with the median total is kept."""
     rows, previous, k_prev = [], {}, None
     for k in sites:
         row = dict(kind=data.kind, workload=workload, n=data.n, layers=data.layers, k=k)
@@ -231,8 +232,10 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
             measured.append(variant)
             trials[variant] = [measure(variant, data, row)]
             results[variant] = trials[variant][0][0]
-        for _ in range(repeats - 1):
-            for variant in measured:
+        for round_ in range(1, repeats):
+            # Each later round in reverse order of the one before: no variant is
+            # always measured last in its round.
+            for variant in measured[:: -1 if round_ % 2 else 1]:
                 trials[variant].append(measure(variant, data, row))
         for variant in measured:
             got = trials[variant]
