@@ -10,7 +10,11 @@ from equinox._compile_utils import (
     hashable_combine as hashable_combine,
     hashable_partition as hashable_partition,
 )
-from jax._src import core as _jax_core, source_info_util as _source_info
+from jax._src import (
+    core as _jax_core,
+    source_info_util as _source_info,
+    stages as _jax_stages,
+)
 
 
 # `hashable_partition(tree, filter_fn) -> (dynamic leaves, (static leaves, treedef))`
@@ -95,3 +99,32 @@ def traceback_frames(eqn: Any) -> list[tuple[str, int]]:
     frames = list(_source_info.user_frames(traceback))
     # `user_frames` yields the innermost first.
     return [(frame.file_name, frame.start_line) for frame in reversed(frames)]
+
+
+def with_jaxpr(traced: Any, closed: Any) -> Any:
+    """The `jax.stages.Traced` `traced` with its program replaced by `closed` (the
+    same inputs and outputs), to be lowered as `jax.jit` lowers `traced`, without
+    tracing anything again; `None` where this JAX's `Traced` is not built as
+    expected (then the caller traces `closed` instead).
+
+    **Arguments:**
+
+    - `traced`: from `jax.jit(...).trace(...)`.
+    - `closed`: a `ClosedJaxpr` with the avals of `traced.jaxpr`'s inputs and
+        outputs.
+
+    **Returns:**
+
+    A `jax.stages.Traced`, or `None`.
+    """
+    try:
+        params = dict(traced._params, jaxpr=closed)
+        return _jax_stages.Traced(
+            traced._meta_tys_flat,
+            params,
+            traced._in_tree,
+            traced.out_tree,
+            traced._consts,
+        )
+    except (AttributeError, TypeError):  # pragma: no cover - JAX changed
+        return None

@@ -368,3 +368,33 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     f.lower(b)
     assert user and all(value is None for value in user)
     np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
+
+
+def test_calls_put_inline_are_spliced_into_the_traced_program():
+    """Calls put inline (an `Auto` site decided `Lazy`) are replaced by their
+    callees' equations in the traced program itself, with fresh variables, outputs
+    that forward an input, a dropped output and a call's output read after it:
+    a valid jaxpr computing what the program computes, with no call left."""
+    from lineax_dispatch.policies._rewrite import inlined_jaxpr
+
+    @jax.jit
+    def inner(a, x):
+        return a @ x, x, jnp.sin(x)
+
+    def program(a, x):
+        y, same, _ = inner(a, x)
+        z, _, w = inner(a, y + same)
+        return z * w, same
+
+    a = jnp.asarray(np.arange(16.0).reshape(4, 4) / 16)
+    x = jnp.linspace(0.1, 1.0, 4)
+    closed = jax.make_jaxpr(program)(a, x)
+    sites = [i for i, e in enumerate(closed.jaxpr.eqns) if e.primitive.name == "jit"]
+    assert len(sites) == 2
+    spliced = inlined_jaxpr(closed, sites)
+    assert spliced is not None
+    jax.extend.core.check_jaxpr(spliced.jaxpr)
+    assert all(e.primitive.name != "jit" for e in spliced.jaxpr.eqns)
+    got = jax.extend.core.jaxpr_as_fun(spliced)(a, x)
+    for g, e in zip(got, program(a, x)):
+        np.testing.assert_allclose(g, e, rtol=1e-12)

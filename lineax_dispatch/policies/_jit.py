@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.extend.core as jex
 
-from .._compat import root_trace_ref
+from .._compat import root_trace_ref, with_jaxpr
 from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
 from ._decision import Decision
 from ._program import AutoGroup, plan_program
@@ -143,6 +143,12 @@ class _CompileAware:
             run = rewrite_program(traced.jaxpr, actions)
             # The traced (or rewritten) program is compiled as it is: the user's
             # function is not traced again.
+            if isinstance(run, jex.ClosedJaxpr):
+                spliced = with_jaxpr(traced, run)
+                if spliced is None:  # pragma: no cover - JAX changed
+                    run = jex.jaxpr_as_fun(run)
+                else:
+                    traced, run = spliced, None
             if run is None:
                 program = _AsTraced(traced, self._passed)
             else:

@@ -39,9 +39,13 @@ def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
     return None if plan is None else rolled_function(closed, plan)
 
 
-def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
+def rewrite_program(
+    closed: Any, actions: dict[Any, Action]
+) -> Callable | jex.ClosedJaxpr | None:
     """`closed` with every group's action applied to its top-level call sites, as a
-    function of its flat inputs returning its flat outputs; `None` if nothing was
+    function of its flat inputs returning its flat outputs; where the only change
+    is calls put inline, the program itself with the callees' equations in place of
+    the calls (a `ClosedJaxpr`: nothing to trace again); `None` if nothing was
     rewritten.
 
     **Arguments:**
@@ -51,7 +55,7 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
 
     **Returns:**
 
-    A function, or `None`.
+    A function, a `ClosedJaxpr`, or `None`.
     """
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
@@ -83,7 +87,13 @@ def rewrite_program(closed: Any, actions: dict[Any, Action]) -> Callable | None:
             if rewrite is not None:
                 break
         if rewrite is None:
-            return inlined_function(closed, inline) if inline else run
+            if not inline:
+                return run
+            if run is None:
+                spliced = inlined_jaxpr(closed, inline)
+                if spliced is not None:
+                    return spliced
+            return inlined_function(closed, inline)
         run = rewrite
         if all(key in done for key, _ in pending):
             return run  # no other group to look for
@@ -125,6 +135,57 @@ def inlined_function(closed: Any, sites: Sequence[int]) -> Callable:
         return [v.val if is_literal(v) else env[v] for v in jaxpr.outvars]
 
     return run
+
+
+def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr | None:
+    """The program `closed` with the calls at `sites` (top-level indices) replaced
+    by their callees' equations, spliced in with fresh variables (as `jax.jit(...,
+    inline=True)` would have traced them), or `None` where a callee has constants
+    of its own (then `inlined_function` evaluates it instead).
+
+    **Arguments:**
+
+    - `closed`: the program, a `ClosedJaxpr`.
+    - `sites`: indices of calls at its top level.
+
+    **Returns:**
+
+    A `ClosedJaxpr` with `closed`'s inputs, outputs and constants, or `None`.
+    """
+    jaxpr = closed.jaxpr
+    inline = set(sites)
+    if any(jaxpr.eqns[i].params["jaxpr"].consts for i in inline):
+        return None
+    # Outer variables standing for another atom: a call's outputs, read from
+    # what its callee's equations computed.
+    renamed: dict = {}
+
+    def read(atom: Any) -> Any:
+        return atom if is_literal(atom) else renamed.get(atom, atom)
+
+    eqns = []
+    for index, eqn in enumerate(jaxpr.eqns):
+        if index not in inline:
+            invars = [read(v) for v in eqn.invars]
+            changed = any(a is not b for a, b in zip(invars, eqn.invars))
+            eqns.append(eqn.replace(invars=invars) if changed else eqn)
+            continue
+        callee = eqn.params["jaxpr"].jaxpr
+        env = {inner: read(outer) for inner, outer in zip(callee.invars, eqn.invars)}
+        for inner_eqn in callee.eqns:
+            invars = [v if is_literal(v) else env[v] for v in inner_eqn.invars]
+            outvars = []
+            for var in inner_eqn.outvars:
+                fresh = jex.DropVar(var.aval) if isinstance(var, jex.DropVar) else None
+                if fresh is None:
+                    fresh = env[var] = jex.Var(var.aval)
+                outvars.append(fresh)
+            eqns.append(inner_eqn.replace(invars=invars, outvars=outvars))
+        for inner, outer in zip(callee.outvars, eqn.outvars):
+            if not isinstance(outer, jex.DropVar):
+                renamed[outer] = inner if is_literal(inner) else env[inner]
+    outvars = [read(v) for v in jaxpr.outvars]
+    return jex.ClosedJaxpr(jaxpr.replace(eqns=eqns, outvars=outvars), closed.consts)
 
 
 def rolled_entry(run: Callable, out_tree: Any) -> Callable:
