@@ -39,8 +39,14 @@ LXD_JIT = ("Roll",) + AUTOS  # compiled with `lxd.jit` (Roll acts only there)
 # The scores (compile total + runs x run) and the Auto variant told that many runs.
 SCORES, AUTO_FOR = (1, 100), {1: "Auto1", 100: "Auto"}
 # Skipping dominated fixed variants; the run time: the median, over the repeats,
-# of 3 to RUN_SAMPLES further calls each, as many as fit in RUN_BUDGET_S.
-SKIP_FACTOR, SKIP_MARGIN, RUN_SAMPLES, RUN_BUDGET_S = 2.0, 0.8, 5, 1.0
+# of 3 to RUN_SAMPLES further calls each, as many as fit in RUN_BUDGET_S (a
+# sub-millisecond run's median needs many samples: its score at 100 runs
+# multiplies the call's jitter by 100).
+SKIP_FACTOR, SKIP_MARGIN, RUN_SAMPLES, RUN_BUDGET_S = 2.0, 0.8, 51, 0.5
+# A cell whose first round measured every variant in under SMALL_CELL_S (trace to
+# first call) is repeated at least SMALL_CELL_REPEATS times: its variants differ by
+# milliseconds, the machine's spread between identical measurements.
+SMALL_CELL_S, SMALL_CELL_REPEATS = 1.0, 7
 # Auto / best (median, worst); Auto / plain lineax where plain lineax is the best.
 TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX = 1.05, 1.5, 1.05
 
@@ -216,7 +222,8 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
     (case, variant) is measured `repeats` times, interleaved: every round measures
     each variant once (the skips decided in the first), so that a slow spell of the
     machine falls on all of them, every other round in reverse order; the repeat
-    with the median total is kept."""
+    with the median total is kept. A cell of small programs (every first total
+    under `SMALL_CELL_S`, trace to first call) gets at least `SMALL_CELL_REPEATS` rounds."""
     rows, previous, k_prev = [], {}, None
     for k in sites:
         row = dict(kind=data.kind, workload=workload, n=data.n, layers=data.layers, k=k)
@@ -232,7 +239,11 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
             measured.append(variant)
             trials[variant] = [measure(variant, data, row)]
             results[variant] = trials[variant][0][0]
-        for round_ in range(1, repeats):
+        rounds = repeats
+        if all(t["total_s"] < SMALL_CELL_S for t in results.values()):
+            rounds = max(repeats, SMALL_CELL_REPEATS)
+        row["repeats"] = rounds
+        for round_ in range(1, rounds):
             # Each later round in reverse order of the one before: no variant is
             # always measured last in its round.
             for variant in measured[:: -1 if round_ % 2 else 1]:
