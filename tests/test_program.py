@@ -374,12 +374,15 @@ def test_calls_put_inline_are_spliced_into_the_traced_program():
     """Calls put inline (an `Auto` site decided `Lazy`) are replaced by their
     callees' equations in the traced program itself, with fresh variables, outputs
     that forward an input, a dropped output and a call's output read after it:
-    a valid jaxpr computing what the program computes, with no call left."""
+    a valid jaxpr computing what the program computes, with no call left (the
+    callee's constants become the program's)."""
     from lineax_dispatch.policies._rewrite import inlined_jaxpr
+
+    shift = jnp.asarray(np.linspace(0.0, 1.0, 4))  # a constant of the callee
 
     @jax.jit
     def inner(a, x):
-        return a @ x, x, jnp.sin(x)
+        return a @ x + shift, x, jnp.sin(x)
 
     def program(a, x):
         y, same, _ = inner(a, x)
@@ -391,10 +394,29 @@ def test_calls_put_inline_are_spliced_into_the_traced_program():
     closed = jax.make_jaxpr(program)(a, x)
     sites = [i for i, e in enumerate(closed.jaxpr.eqns) if e.primitive.name == "jit"]
     assert len(sites) == 2
+    assert closed.jaxpr.eqns[sites[0]].params["jaxpr"].consts
     spliced = inlined_jaxpr(closed, sites)
-    assert spliced is not None
     jax.extend.core.check_jaxpr(spliced.jaxpr)
     assert all(e.primitive.name != "jit" for e in spliced.jaxpr.eqns)
     got = jax.extend.core.jaxpr_as_fun(spliced)(a, x)
     for g, e in zip(got, program(a, x)):
         np.testing.assert_allclose(g, e, rtol=1e-12)
+
+
+def test_a_spliced_callee_with_constants_is_lowered_from_the_trace():
+    """One `Auto` site decided `Lazy` whose callee closes over arrays (constants of
+    its jaxpr): spliced into the traced program, its constants the program's, and
+    compiled from the trace, it gives `jax.jit`'s result."""
+    a = jnp.asarray(np.arange(64.0).reshape(8, 8) / 64)
+    shift = jnp.linspace(0.0, 1.0, 8)
+    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+    op = lxd.FunctionLinearOperator(
+        lambda x: a @ x + jnp.sin(shift) * x, structure, policy=lxd.Auto()
+    )
+    f = lambda x: jnp.tanh(op.mv(x))
+    x = jnp.linspace(0.1, 1.0, 8)
+    compiled = lxd.jit(f)
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Lazy"
+    assert " call @" not in compiled.lower(x).as_text()
+    _close(compiled(x), jax.jit(f)(x))

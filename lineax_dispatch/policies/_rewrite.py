@@ -14,7 +14,7 @@ from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
 from ._program_outline import outline_group
-from ._roll import eval_eqns, prologue, rolled_function
+from ._roll import rolled_function
 from ._roll_plan import plan_roll
 from ._roll_steps import is_literal
 from ._stack import plan_stack, stacked_function
@@ -89,11 +89,10 @@ def rewrite_program(
         if rewrite is None:
             if not inline:
                 return run
-            if run is None:
-                spliced = inlined_jaxpr(closed, inline)
-                if spliced is not None:
-                    return spliced
-            return inlined_function(closed, inline)
+            spliced = inlined_jaxpr(closed, inline)
+            # The traced program itself, or after an earlier pass's rewrite
+            # (`closed` then traced from it), a function evaluating it.
+            return spliced if run is None else jex.jaxpr_as_fun(spliced)
         run = rewrite
         if all(key in done for key, _ in pending):
             return run  # no other group to look for
@@ -104,44 +103,11 @@ def rewrite_program(
         closed = jax.make_jaxpr(run)(*structs)
 
 
-def inlined_function(closed: Any, sites: Sequence[int]) -> Callable:
-    """The program `closed` with the marked calls at `sites` (top-level indices)
-    replaced by their callees' equations, as a function of the jaxpr's inputs
-    returning its outputs (a flat list).
-
-    **Arguments:**
-
-    - `closed`: the program, a `ClosedJaxpr`.
-    - `sites`: indices of marked calls at its top level.
-
-    **Returns:**
-
-    A function `(*inputs) -> list of outputs`.
-    """
-    jaxpr = closed.jaxpr
-    inline = set(sites)
-
-    def run(*inputs):
-        env = prologue(closed, inputs, 0)
-        for index, eqn in enumerate(jaxpr.eqns):
-            if index not in inline:
-                eval_eqns([eqn], env)
-                continue
-            invals = [v.val if is_literal(v) else env[v] for v in eqn.invars]
-            outs = jex.jaxpr_as_fun(eqn.params["jaxpr"])(*invals)
-            for var, value in zip(eqn.outvars, outs):
-                if not isinstance(var, jex.DropVar):
-                    env[var] = value
-        return [v.val if is_literal(v) else env[v] for v in jaxpr.outvars]
-
-    return run
-
-
-def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr | None:
+def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
     """The program `closed` with the calls at `sites` (top-level indices) replaced
     by their callees' equations, spliced in with fresh variables (as `jax.jit(...,
-    inline=True)` would have traced them), or `None` where a callee has constants
-    of its own (then `inlined_function` evaluates it instead).
+    inline=True)` would have traced them); a callee's constants become constants
+    of the program.
 
     **Arguments:**
 
@@ -150,12 +116,11 @@ def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr | None:
 
     **Returns:**
 
-    A `ClosedJaxpr` with `closed`'s inputs, outputs and constants, or `None`.
+    A `ClosedJaxpr` with `closed`'s inputs and outputs.
     """
     jaxpr = closed.jaxpr
     inline = set(sites)
-    if any(jaxpr.eqns[i].params["jaxpr"].consts for i in inline):
-        return None
+    constvars, consts = list(jaxpr.constvars), list(closed.consts)
     # Outer variables standing for another atom: a call's outputs, read from
     # what its callee's equations computed.
     renamed: dict = {}
@@ -172,6 +137,10 @@ def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr | None:
             continue
         callee = eqn.params["jaxpr"].jaxpr
         env = {inner: read(outer) for inner, outer in zip(callee.invars, eqn.invars)}
+        for inner, value in zip(callee.constvars, eqn.params["jaxpr"].consts):
+            env[inner] = jex.Var(inner.aval)
+            constvars.append(env[inner])
+            consts.append(value)
         for inner_eqn in callee.eqns:
             invars = [v if is_literal(v) else env[v] for v in inner_eqn.invars]
             outvars = []
@@ -185,7 +154,8 @@ def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr | None:
             if not isinstance(outer, jex.DropVar):
                 renamed[outer] = inner if is_literal(inner) else env[inner]
     outvars = [read(v) for v in jaxpr.outvars]
-    return jex.ClosedJaxpr(jaxpr.replace(eqns=eqns, outvars=outvars), closed.consts)
+    spliced = jaxpr.replace(constvars=constvars, eqns=eqns, outvars=outvars)
+    return jex.ClosedJaxpr(spliced, consts)
 
 
 def rolled_entry(run: Callable, out_tree: Any) -> Callable:
