@@ -357,6 +357,40 @@ def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     _close(jax.vmap(lxd.jit(f))(xs), jax.vmap(f)(xs))
 
 
+def _primitive_names(jaxpr) -> set[str]:
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names |= _primitive_names(sub)
+    return names
+
+
+def test_a_program_compiled_as_it_is_rolls_into_a_while_loop():
+    """Called (or lowered) outside any trace, the rolled calls are a
+    `lax.while_loop`, which JAX lowers directly; under a trace, which may
+    differentiate the program in reverse mode, a `lax.scan`, rewritten only then."""
+    op = _operators(lxd.Roll())[0]
+
+    def f(x):
+        for i in range(4):
+            x = op.mv(x) * (1.0 + 0.1 * i)
+        return x
+
+    x = jnp.linspace(0.5, 1.5, N)
+    jitted = lxd.jit(f)
+    _close(jitted(x), jax.jit(f)(x))
+    (entry,) = jitted._compiled.values()
+    program = entry.jitted
+    assert set(program._jitted) == {"while"}
+    names = _primitive_names(program._jitted["while"].trace(x).jaxpr.jaxpr)
+    assert "while" in names and "scan" not in names
+    loss = lambda g: lambda x: jnp.sum(g(x) ** 2)
+    _close(jax.grad(loss(jitted))(x), jax.jit(jax.grad(loss(f)))(x))
+    assert set(program._jitted) == {"while", "scan"}
+    assert "scan" in _primitive_names(jax.make_jaxpr(jitted)(x).jaxpr)
+
+
 def test_the_step_number_stays_unbatched_under_vmap():
     """Steps with different code are branches of a `lax.switch` on the step number;
     under `vmap` the step number is not batched, so the switch stays a switch (with

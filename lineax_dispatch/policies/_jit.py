@@ -69,6 +69,48 @@ class _AsTraced:
         return self._compiled(*args, **kwargs)
 
 
+def _rewritten_function(
+    first: Callable, closed: Any, actions: dict, loop: str
+) -> Callable:
+    """The program rewritten with its rolled calls as `loop`s: `first` for
+    `"while"` (the rewrite made at the trace), else rewritten again (the rewrite
+    is deterministic: the same groups, as a function)."""
+    if loop == "while":
+        return first
+    run = rewrite_program(closed, actions, loop)
+    if not callable(run):  # pragma: no cover - the first rewrite was a function
+        raise RuntimeError("the program's second rewrite differs from its first.")
+    return run
+
+
+class _Rewritten:
+    """A rewritten program: its rolled calls as `lax.while_loop`s where it is
+    lowered or called as it is (JAX lowers a `while` directly, a `scan` by tracing
+    its `while` form again), as `lax.scan`s where it is called under a trace (a
+    transformation may differentiate it in reverse mode, which needs a scan),
+    that version rewritten at the first such call."""
+
+    def __init__(self, rewrite: Callable, out_tree: Any, jit_kwargs: dict[str, Any]):
+        self._rewrite = rewrite
+        self._out_tree = out_tree
+        self._jit_kwargs = jit_kwargs
+        self._jitted = {}
+
+    def _program(self, loop: str) -> Any:
+        jitted = self._jitted.get(loop)
+        if jitted is None:
+            entry = rolled_entry(self._rewrite(loop), self._out_tree)
+            jitted = self._jitted[loop] = jax.jit(entry, **self._jit_kwargs)
+        return jitted
+
+    def lower(self, *args, **kwargs):
+        return self._program("while").lower(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        loop = "while" if root_trace_ref() is None else "scan"
+        return self._program(loop)(*args, **kwargs)
+
+
 class _CompileAware:
     """The callable that `lxd.jit` returns."""
 
@@ -140,7 +182,8 @@ class _CompileAware:
         entry = self._compiled.get(split.key)
         if entry is None:
             (jitted, box, traced), active, actions, autos = self.analyse(split)
-            run = rewrite_program(traced.jaxpr, actions)
+            closed = traced.jaxpr
+            run = rewrite_program(closed, actions, "while")
             # The traced (or rewritten) program is compiled as it is: the user's
             # function is not traced again.
             if isinstance(run, jex.ClosedJaxpr):
@@ -152,7 +195,11 @@ class _CompileAware:
             if run is None:
                 program = _AsTraced(traced, self._passed)
             else:
-                program = jax.jit(rolled_entry(run, traced.out_tree), **self._passed)
+                program = _Rewritten(
+                    functools.partial(_rewritten_function, run, closed, actions),
+                    traced.out_tree,
+                    self._passed,
+                )
             entry = Compiled(program, box, _decisions(active, autos))
             self._compiled[split.key] = entry
         return entry

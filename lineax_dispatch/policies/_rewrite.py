@@ -20,7 +20,7 @@ from ._roll_steps import is_literal
 from ._stack import plan_stack, stacked_function
 
 
-def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
+def _apply(closed: Any, action: Action, sites: list[int], loop: str) -> Callable | None:
     """The program with `action` (materialise or roll: outlined groups are done
     first, by `rewrite_program`) applied to the calls at `sites`, or `None` where
     it cannot be (the calls' inputs or the code between them do not allow it)."""
@@ -36,11 +36,11 @@ def _apply(closed: Any, action: Action, sites: list[int]) -> Callable | None:
         if stack is not None:
             return stacked_function(closed, stack)
     plan = plan_roll(jaxpr, sites)
-    return None if plan is None else rolled_function(closed, plan)
+    return None if plan is None else rolled_function(closed, plan, loop)
 
 
 def rewrite_program(
-    closed: Any, actions: dict[Any, Action]
+    closed: Any, actions: dict[Any, Action], loop: str = "scan"
 ) -> Callable | jex.ClosedJaxpr | None:
     """`closed` with every group's action applied to its top-level call sites, as a
     function of its flat inputs returning its flat outputs; where the only change
@@ -52,6 +52,9 @@ def rewrite_program(
 
     - `closed`: a `jax.extend.core.ClosedJaxpr`.
     - `actions`: from `plan_program`, keyed by `(equation name, id(callee))`.
+    - `loop`: the loops that rolled calls become (see `rolled_function`):
+        `"scan"` for a program that transformations may trace, `"while"` for one
+        compiled as it is.
 
     **Returns:**
 
@@ -83,7 +86,7 @@ def rewrite_program(
         rewrite = None
         for key, sites in pending:
             done.add(key)
-            rewrite = _apply(closed, actions[key], sites)
+            rewrite = _apply(closed, actions[key], sites, loop)
             if rewrite is not None:
                 break
         if rewrite is None:

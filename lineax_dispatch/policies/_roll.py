@@ -128,7 +128,7 @@ def _step_call(hoisted: Hoisted, env: dict, varying, args) -> list:
     return [v.val if is_literal(v) else local[v] for v in jaxpr.outvars]
 
 
-def rolled_function(closed: Any, plan: RollPlan) -> Callable:
+def rolled_function(closed: Any, plan: RollPlan, loop: str = "scan") -> Callable:
     """The program `closed` (a `ClosedJaxpr`) with the calls of `plan` rolled, as a
     function of the jaxpr's inputs returning its outputs (a flat list).
 
@@ -136,6 +136,10 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
 
     - `closed`: the program.
     - `plan`: from `plan_roll`.
+    - `loop`: `"scan"`, a `lax.scan` (reverse-mode differentiable: its transpose
+        is a scan too), or `"while"`, the same body in a `lax.while_loop` on the
+        step counter, which JAX lowers directly (a scan is lowered by tracing its
+        `while` form), for a program compiled as it is.
 
     **Returns:**
 
@@ -295,7 +299,12 @@ def rolled_function(closed: Any, plan: RollPlan) -> Callable:
             return (j + 1, new_args, new_slots, [outs[p] for p in kept]), None
 
         carry = (jnp.int32(0), [args0[q] for q in carried], slots0, outs0)
-        (_, last, slots, outs), _ = lax.scan(body, carry, None, length=k)
+        if loop == "while":
+            _, last, slots, outs = lax.while_loop(
+                lambda c: c[0] < k, lambda c: body(c, None)[0], carry
+            )
+        else:
+            (_, last, slots, outs), _ = lax.scan(body, carry, None, length=k)
         args = dict(zip(carried, last))
         env = dict(outer)
         env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)

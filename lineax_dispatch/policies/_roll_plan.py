@@ -81,13 +81,20 @@ def call_group(jaxpr: Any, sites: Sequence[int]) -> tuple | None:
         return None
     calls = [jaxpr.eqns[i] for i in sites]
     first = calls[0]
-    if any([v.aval for v in c.invars] != [v.aval for v in first.invars] for c in calls):
+    avals = [v.aval for v in first.invars]
+    if any([v.aval for v in c.invars] != avals for c in calls[1:]):
         return None
-    varying = tuple(
-        p
-        for p in range(len(first.invars))
-        if not all(_same_input(c.invars[p], first.invars[p]) for c in calls[1:])
-    )
+    differ: list[int] = []
+    for p, v in enumerate(first.invars):
+        # A variable: the same object at every call (an operator's arrays: the
+        # many inputs of a marked call, compared by identity).
+        if is_literal(v):
+            same = all(_same_input(c.invars[p], v) for c in calls[1:])
+        else:
+            same = all(c.invars[p] is v for c in calls[1:])
+        if not same:
+            differ.append(p)
+    varying = tuple(differ)
     if not all(plain_aval(first.invars[p].aval) for p in varying):
         return None
     if not all(plain_aval(v.aval) for v in first.outvars):
