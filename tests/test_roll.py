@@ -319,6 +319,15 @@ def test_unrolled_loops_share_one_branch():
         _close(lxd.jit(f)(x), jax.jit(lambda x: f(x))(x))
 
 
+def _primitive_names(jaxpr) -> set[str]:
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names |= _primitive_names(sub)
+    return names
+
+
 def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     """`for i: x = op.mv(x); x = normalise(x, c_i)`: the last step's code is the
     first equations after the loop; it runs in the loop's last step, so every step
@@ -340,13 +349,7 @@ def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     plan = plan_roll(jaxpr, group.sites)
     assert plan.classes == (0,) * 6 and plan.tail > 0
 
-    def primitives(jaxpr):
-        for eqn in jaxpr.eqns:
-            yield eqn.primitive.name
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                yield from primitives(sub)
-
-    names = set(primitives(jax.make_jaxpr(lxd.jit(f))(x).jaxpr))
+    names = _primitive_names(jax.make_jaxpr(lxd.jit(f))(x).jaxpr)
     assert "scan" in names and "cond" not in names
     _close(lxd.jit(f)(x), jax.jit(f)(x))
     loss = lambda x: jnp.sum(f(x) ** 2)
@@ -355,15 +358,6 @@ def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     _close(jax.jvp(lxd.jit(f), (x,), (jnp.cos(x),)), jax.jvp(f, (x,), (jnp.cos(x),)))
     xs = jnp.stack([x, 2 * x])
     _close(jax.vmap(lxd.jit(f))(xs), jax.vmap(f)(xs))
-
-
-def _primitive_names(jaxpr) -> set[str]:
-    names = set()
-    for eqn in jaxpr.eqns:
-        names.add(eqn.primitive.name)
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            names |= _primitive_names(sub)
-    return names
 
 
 def test_a_program_compiled_as_it_is_rolls_into_a_while_loop():
@@ -404,15 +398,9 @@ def test_the_step_number_stays_unbatched_under_vmap():
             x = jnp.sin(x) if i % 2 else jnp.cos(x) * (1.0 + 0.1 * i)
         return x
 
-    def primitives(jaxpr):
-        for eqn in jaxpr.eqns:
-            yield eqn.primitive.name
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                yield from primitives(sub)
-
     x = jnp.linspace(0.5, 1.5, N)
     xs = jnp.stack([x, 2 * x, -x])
-    names = list(primitives(jax.make_jaxpr(jax.vmap(lxd.jit(f)))(xs).jaxpr))
+    names = _primitive_names(jax.make_jaxpr(jax.vmap(lxd.jit(f)))(xs).jaxpr)
     assert "scan" in names and "cond" in names
     _close(jax.vmap(lxd.jit(f))(xs), jax.jit(jax.vmap(f))(xs))
 
