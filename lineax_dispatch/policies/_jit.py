@@ -69,37 +69,46 @@ class _AsTraced:
         return self._compiled(*args, **kwargs)
 
 
-def _rewritten_function(
-    first: Callable, closed: Any, actions: dict, loop: str
-) -> Callable:
-    """The program rewritten with its rolled calls as `loop`s: `first` for
-    `"while"` (the rewrite made at the trace), else rewritten again (the rewrite
-    is deterministic: the same groups, as a function)."""
-    if loop == "while":
-        return first
-    run = rewrite_program(closed, actions, loop)
-    if not callable(run):  # pragma: no cover - the first rewrite was a function
-        raise RuntimeError("the program's second rewrite differs from its first.")
-    return run
-
-
 class _Rewritten:
     """A rewritten program: its rolled calls as `lax.while_loop`s where it is
     lowered or called as it is (JAX lowers a `while` directly, a `scan` by tracing
     its `while` form again), as `lax.scan`s where it is called under a trace (a
     transformation may differentiate it in reverse mode, which needs a scan),
-    that version rewritten at the first such call."""
+    that version rewritten from the traced program at the first such call.
 
-    def __init__(self, rewrite: Callable, out_tree: Any, jit_kwargs: dict[str, Any]):
-        self._rewrite = rewrite
+    **Arguments:**
+
+    - `run`: the program rewritten with `"while"` loops (a function of its flat
+        inputs).
+    - `closed`, `actions`: the traced program and the actions it was rewritten
+        with (the rewrite is deterministic: the same groups, as a function).
+    - `out_tree`, `jit_kwargs`: the output structure and `jax.jit`'s arguments.
+    """
+
+    def __init__(
+        self,
+        run: Callable,
+        closed: Any,
+        actions: dict,
+        out_tree: Any,
+        jit_kwargs: dict[str, Any],
+    ):
+        self._runs: dict[str, Any] = {"while": run}
+        self._closed = closed
+        self._actions = actions
         self._out_tree = out_tree
         self._jit_kwargs = jit_kwargs
-        self._jitted = {}
+        self._jitted: dict[str, Any] = {}
 
     def _program(self, loop: str) -> Any:
         jitted = self._jitted.get(loop)
         if jitted is None:
-            entry = rolled_entry(self._rewrite(loop), self._out_tree)
+            run = self._runs.get(loop)
+            if run is None:
+                run = rewrite_program(self._closed, self._actions, loop)
+                if not callable(run):  # pragma: no cover - deterministic rewrite
+                    raise RuntimeError("the program's rewrites differ.")
+            entry = rolled_entry(run, self._out_tree)
             jitted = self._jitted[loop] = jax.jit(entry, **self._jit_kwargs)
         return jitted
 
@@ -196,9 +205,7 @@ class _CompileAware:
                 program = _AsTraced(traced, self._passed)
             else:
                 program = _Rewritten(
-                    functools.partial(_rewritten_function, run, closed, actions),
-                    traced.out_tree,
-                    self._passed,
+                    run, closed, actions, traced.out_tree, self._passed
                 )
             entry = Compiled(program, box, _decisions(active, autos))
             self._compiled[split.key] = entry
