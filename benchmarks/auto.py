@@ -20,6 +20,22 @@ import lineax as lx
 
 import lineax_dispatch as lxd
 from benchmarks import harness
+from benchmarks.auto_report import (
+    AUTOS,
+    BASELINE,
+    FIXED,
+    format_results,
+    label,
+    plot,
+    row_score,
+    score,
+    SCORES,
+    summarise,
+    TARGET_LINEAX,
+    TARGET_MEDIAN,
+    TARGET_WORST,
+    VARIANTS,
+)
 from benchmarks.harness import SEED
 
 
@@ -28,16 +44,10 @@ QUICK = dict(n=(64, 256), sites=(1, 4), layers=4)
 KINDS, WORKLOADS = ("cheap", "expensive"), ("mv", "solve")
 WEIGHT_CAP_BYTES, MATERIALISE_CAP_BYTES, MATERIALISE_BATCH = 256 * 2**20, 2**30, 128
 RTOL, ATOL, MAX_STEPS, SHIFT, RHS_SCALE = 1e-5, 1e-5, 200, 0.02, 1 / 16
-# The variants: the fixed policies, plain lineax, Auto(runs=1) and Auto() (runs=100).
-FIXED, BASELINE = ("Lazy", "Outline", "Materialise", "Roll"), "lineax"
-AUTOS = ("Auto1", "Auto")
-VARIANTS = FIXED + (BASELINE,) + AUTOS
 POLICIES = dict(Lazy=lxd.Lazy, Outline=lxd.Outline, Roll=lxd.Roll, Auto=lxd.Auto)
 POLICIES.update(Materialise=lambda: lxd.Materialise(batch_size=MATERIALISE_BATCH))
 POLICIES.update(Auto1=lambda: lxd.Auto(runs=1))
 LXD_JIT = ("Roll",) + AUTOS  # compiled with `lxd.jit` (Roll acts only there)
-# The scores (compile total + runs x run) and the Auto variant told that many runs.
-SCORES, AUTO_FOR = (1, 100), {1: "Auto1", 100: "Auto"}
 # Skipping dominated fixed variants; the run time: the median, over the repeats,
 # of 3 to RUN_SAMPLES further calls each, as many as fit in RUN_BUDGET_S (a
 # sub-millisecond run's median needs many samples: its score at 100 runs
@@ -46,9 +56,7 @@ SKIP_FACTOR, SKIP_MARGIN, RUN_SAMPLES, RUN_BUDGET_S = 2.0, 0.8, 51, 0.5
 # A cell whose first round measured every variant in under SMALL_CELL_S (trace to
 # first call) is repeated at least SMALL_CELL_REPEATS times: its variants differ by
 # milliseconds, the machine's spread between identical measurements.
-SMALL_CELL_S, SMALL_CELL_REPEATS = 1.0, 7
-# Auto / best (median, worst); Auto / plain lineax where plain lineax is the best.
-TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX = 1.05, 1.5, 1.05
+SMALL_CELL_S, SMALL_CELL_REPEATS = 1.0, 11
 
 
 # ------------------------------------------------------------------ cases
@@ -122,16 +130,13 @@ def make_program(variant: str, data: OperatorData, workload: str, k: int):
     return harness.split_program(op, mvs if workload == "mv" else solves)
 
 
-def label(case: dict) -> str:
-    """`kind/workload n=.. k=..` of a case (or of a row of the results)."""
-    return f"{case['kind']}/{case['workload']} n={case['n']} k={case['k']}"
-
-
 def config(args) -> dict:
     """The configuration of a run (`args`: the command line) and the constants."""
     out = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
     numbers = {k: v for k, v in globals().items() if isinstance(v, (int, float))}
     out |= {k.lower(): v for k, v in numbers.items() if k.isupper()}
+    targets = (TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX)
+    out |= dict(zip(("target_median", "target_worst", "target_lineax"), targets))
     out["layers_per_n"] = {n: layers_for(n, args.layers) for n in args.n}
     out["reference"] = "plain lineax: lx.FunctionLinearOperator, lx.CG, jax.jit"
     return out
@@ -171,11 +176,6 @@ def measure(variant: str, data: OperatorData, case: dict) -> tuple[dict, object]
     return timings, out
 
 
-def score(timings: dict, runs: int) -> float:
-    """Compile (with the first call's extra) plus `runs` runs."""
-    return timings["compile_total_s"] + runs * timings["run_s"]
-
-
 def skip_reason(variant, n, results, previous, k, k_prev) -> str | None:
     """Why `variant` is not measured at `k` (None: it is), given the `results` at
     `k` so far and the fixed variants' at `k_prev`: lower bounds on its scores from
@@ -199,21 +199,6 @@ def skip_reason(variant, n, results, previous, k, k_prev) -> str | None:
     why = ", ".join(f"runs={r}: {bounds[r]:.2f} s > {SKIP_FACTOR:g} x best "
                     f"{best[r]:.2f} s" for r in SCORES)  # fmt: skip
     return f"lower bounds {why} (from k={k_prev})"
-
-
-def row_score(results: dict, runs: int) -> dict:
-    """At one score: the best fixed policy (plain lineax among the candidates) and
-    Auto (told that number of runs) against it."""
-    totals = {v: score(t, runs) for v, t in results.items()}
-    best = min((v for v in FIXED + (BASELINE,) if v in totals), key=totals.get)
-    auto, choice = AUTO_FOR[runs], results[AUTO_FOR[runs]]["choice"]["strategy"]
-    return dict(
-        totals=totals, best=best, best_s=totals[best], auto=auto, auto_choice=choice,
-        auto_over_best=totals[auto] / totals[best],
-        lineax_over_best=totals[BASELINE] / totals[best],
-        auto_over_lineax=totals[auto] / totals[BASELINE],
-        auto_picked_best=choice == best or (best == BASELINE and choice == "Lazy"),
-    )  # fmt: skip
 
 
 def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dict]:
@@ -253,6 +238,8 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
             t, outputs[variant] = harness.median_trial(got, "total_s", ["total_s"])
             t["run_s"] = median(trial["run_s"] for trial, _ in got)
             t["run_all_s"] = [trial["run_s"] for trial, _ in got]
+            # In round order, for ratios paired by round (`paired_ratio`).
+            t["compile_total_all_s"] = [trial["compile_total_s"] for trial, _ in got]
             results[variant] = t
             chose = f"  -> {t['choice']['strategy']}" if variant in AUTOS else ""
             print(f"    {label(row):<30} {variant:<12} total {t['total_s']:8.3f} s  "
@@ -278,105 +265,6 @@ def run_grid(args) -> list[dict]:
             for workload in args.workloads:
                 rows += run_cell(data, workload, args.sites, args.repeats)
     return rows
-
-
-# ------------------------------------------------------------------ report
-
-
-def summarise(rows: list[dict]) -> dict:
-    """Per score: Auto / best (median, worst), Auto / lineax where lineax is best."""
-    out = {}
-    for key in map(str, SCORES):
-        scores = [r["scores"][key] for r in rows]
-        ratios = [s["auto_over_best"] for s in scores]
-        worst = max(range(len(rows)), key=lambda i: ratios[i])
-        lineax = [s["auto_over_lineax"] for s in scores if s["best"] == BASELINE]
-        out[key] = dict(
-            cases=len(rows), median_auto_over_best=median(ratios),
-            worst_auto_over_best=ratios[worst], worst_case=label(rows[worst]),
-            auto_picked_best=sum(s["auto_picked_best"] for s in scores),
-            median_lineax_over_best=median([s["lineax_over_best"] for s in scores]),
-            lineax_best_cases=len(lineax),
-            worst_auto_over_lineax_where_lineax_best=max(lineax, default=None),
-        )  # fmt: skip
-    return out
-
-
-def format_results(rows: list[dict], summary: dict) -> str:
-    """Per score a table of each case (variants' scores, the best, Auto's choice
-    and ratios) and the summary; then the skipped measurements."""
-    headers = ["kind", "work", "n", "L", "k", *VARIANTS, "best", "Auto chose"]
-    headers += ["Auto/best", "lineax/best"]
-    lines = []
-    for key, sm in summary.items():
-        cells = []
-        for r in rows:
-            s = r["scores"][key]
-            totals = [f"{s['totals'][v]:.3f}s" if v in s["totals"] else "skip"
-                      for v in VARIANTS]  # fmt: skip
-            mark = "" if s["auto_picked_best"] else " *"
-            cells.append([r["kind"], r["workload"], r["n"], r["layers"], r["k"],
-                          *totals, s["best"], s["auto_choice"],
-                          f"{s['auto_over_best']:.2f}x",
-                          f"{s['lineax_over_best']:.2f}x{mark}"])  # fmt: skip
-        ok = lambda v, limit: f"{v:.2f}x (<= {limit}: {harness.met(v <= limit)})"
-        lineax = sm["worst_auto_over_lineax_where_lineax_best"] or 0
-        lines += [
-            f"\nscore = compile (with the first call's extra) + {key} x run, seconds; "
-            f"Auto is Auto(runs={key}); * = Auto did not pick the best",
-            harness.table(headers, cells),
-            f"runs={key}, {sm['cases']} cases: Auto / best median "
-            f"{ok(sm['median_auto_over_best'], TARGET_MEDIAN)}, worst "
-            f"{ok(sm['worst_auto_over_best'], TARGET_WORST)} at {sm['worst_case']}; "
-            f"Auto picked the best in {sm['auto_picked_best']}; where plain lineax is "
-            f"the best ({sm['lineax_best_cases']} cases) Auto / lineax at worst "
-            f"{ok(lineax, TARGET_LINEAX)}",
-        ]
-    skipped = [f"  {label(r)} {v}: {why}" for r in rows
-               for v, why in r["skipped"].items()]  # fmt: skip
-    return "\n".join(lines + (["\nskipped:"] + skipped if skipped else []))
-
-
-COLOURS = dict(zip(FIXED, ("tab:blue", "tab:orange", "tab:green", "tab:purple")))
-TARGETS = ((TARGET_MEDIAN, "median", "tab:purple"), (TARGET_WORST, "worst", "tab:red"))
-TICKS = (0.5, 0.75, 1, 1.05, 1.5, 2, 3, 5, 10, 20)
-
-
-def plot(rows: list[dict], summary: dict, config: dict, path) -> None:
-    """Auto / best per case at each score, coloured by what Auto chose (squares:
-    solves; a black edge: Auto did not pick the best)."""
-    plt = harness.pyplot()
-    fig, axes = plt.subplots(1, len(SCORES), figsize=(15, 4.8))
-    for ax, runs in zip(axes, SCORES):
-        key, seen = str(runs), set()
-        scores = [r["scores"][key] for r in rows]
-        for i, (r, s) in enumerate(zip(rows, scores)):
-            name = f"Auto chose {s['auto_choice']} ({r['workload']})"
-            edge = "none" if s["auto_picked_best"] else "black"
-            marker = "o" if r["workload"] == "mv" else "s"
-            colour = COLOURS.get(s["auto_choice"], "tab:gray")
-            ax.scatter(i, s["auto_over_best"], 40, colour, marker=marker, zorder=3,
-                       edgecolors=edge, label=None if name in seen else name)  # fmt: skip
-            seen.add(name)
-        for y, what, colour in TARGETS:
-            ax.axhline(y, color=colour, ls="--", lw=1, label=f"{y:g} ({what})")
-        ax.axhline(1.0, color="black", lw=0.6)
-        ticks = [f"{r['kind'][0]}/{r['workload']} {r['n']} k{r['k']}" for r in rows]
-        ax.set_xticks(range(len(rows)), ticks, rotation=90, fontsize=6)
-        ratios = [s["auto_over_best"] for s in scores]
-        # Head room for the legend above the largest ratio.
-        ylim = (min(ratios + [1.0]) / 1.1, max(ratios + [TARGET_WORST]) * 2.2)
-        harness.log_axis(ax, ylim, TICKS)
-        ax.set_ylabel(f"Auto / best, compile + {runs} x run")
-        sm = summary[key]
-        ax.set_title(f"runs={runs}: median {sm['median_auto_over_best']:.2f}, worst "
-                     f"{sm['worst_auto_over_best']:.2f} (black edge: not the best)",
-                     fontsize=9)  # fmt: skip
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=3, loc="upper left")
-    fig.suptitle(f"lxd.jit + Auto vs fixed policies and plain lineax; "
-                 f"{harness.jax_label()}, layers<={config['layers']}")  # fmt: skip
-    harness.save(fig, path)
 
 
 # ------------------------------------------------------------------ main

@@ -65,6 +65,36 @@ def test_lxd_jit_takes_operators_as_arguments():
         lxd.jit(lambda x: x, not_a_jit_keyword=1)
 
 
+def test_lxd_jit_static_arguments_by_name_position_and_negative_index():
+    # A static array is part of the key (its value shapes the program); names and
+    # positions are read once per function, for each number of positional
+    # arguments a call passes (`-1` is the last one passed).
+    traces = []
+
+    def f(x, power, scale=1.0):
+        traces.append(1)
+        return scale * x ** int(power.sum())
+
+    x = jnp.arange(1.0, 4.0)
+    by_name = lxd.jit(f, static_argnames="power")
+    two, three = np.array([1, 1]), np.array([1, 2])
+    np.testing.assert_allclose(by_name(x, two), x**2)
+    np.testing.assert_allclose(by_name(x, power=three), x**3)
+    np.testing.assert_allclose(by_name(x, two, 2.0), 2 * x**2)  # positional `power`
+    before = len(traces)
+    np.testing.assert_allclose(by_name(x, two), x**2)  # the same static value
+    assert len(traces) == before
+
+    traced = lxd.jit(
+        lambda *args: tuple(isinstance(a, jax.core.Tracer) for a in args),
+        static_argnums=-1,
+    )
+    y = jnp.ones(2)
+    assert traced(y, y) == (True, False)
+    assert traced(y, y, y) == (True, True, False)
+    assert traced(y, y) == (True, False)
+
+
 # 5. Outline: never stale.
 
 

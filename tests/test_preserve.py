@@ -128,3 +128,33 @@ def test_lineax_functions_on_plain_operators_give_default_policy():
     result = lxd.materialise(plain)
     assert isinstance(result, lxd.PyTreeLinearOperator)
     assert result.policy == lxd.Lazy()  # the default policy
+
+
+def test_adopt_changes_only_the_top_policy_of_an_operator_of_ours():
+    # A solver fixing an `Auto` operator's policy (`adopt`): the same operator with
+    # that policy at its top node, the original untouched, the same arrays; plain
+    # lineax children converted.
+    from lineax_dispatch.operators import adopt
+
+    structure = jax.ShapeDtypeStruct((3,), jnp.float32)
+    scale = jnp.arange(1.0, 4.0, dtype=jnp.float32)
+    tag = lx.positive_semidefinite_tag
+    op = lxd.FunctionLinearOperator(
+        lambda x: scale * x, structure, tag, policy=lxd.Auto()
+    )
+    fixed = adopt(op, lxd.Lazy())
+    assert type(fixed) is type(op) and fixed.policy == lxd.Lazy()
+    assert op.policy == lxd.Auto()
+    assert lx.is_positive_semidefinite(fixed)
+    leaves = jax.tree_util.tree_leaves
+    assert all(a is b for a, b in zip(leaves(fixed), leaves(op), strict=True))
+    x = jnp.arange(3.0, dtype=jnp.float32)
+    assert jnp.array_equal(fixed.mv(x), scale * x)
+    with pytest.raises(TypeError, match="`policy` must be a lineax-dispatch policy"):
+        adopt(op, "Lazy")  # pyright: ignore[reportArgumentType]
+    tagged = lxd.TaggedLinearOperator(
+        lx.MatrixLinearOperator(jnp.eye(3)), lx.symmetric_tag, policy=lxd.Auto()
+    )
+    converted = adopt(tagged, lxd.Lazy())
+    assert isinstance(converted.operator, lxd.AbstractDispatchOperator)
+    assert converted.operator.policy == lxd.Lazy()

@@ -2,6 +2,7 @@
 
 import functools as ft
 from collections.abc import Callable
+from typing import Any
 
 import lineax as lx
 
@@ -190,6 +191,29 @@ def adopt(
             return op
         return _rebuild(op, policy, child)
 
-    if isinstance(operator, AbstractDispatchOperator) and operator.policy == policy:
-        return operator
+    if isinstance(operator, AbstractDispatchOperator):
+        if operator.policy == policy:
+            return operator
+        if not _plain_children(operator):
+            return _with_top_policy(operator, policy)
     return _rebuild(operator, policy, child)
+
+
+def _plain_children(operator: AbstractDispatchOperator) -> bool:
+    return any(
+        isinstance(value, lx.AbstractLinearOperator)
+        and not isinstance(value, AbstractDispatchOperator)
+        for value in vars(operator).values()
+    )
+
+
+def _with_top_policy(
+    operator: AbstractDispatchOperator, policy: AbstractPolicy
+) -> AbstractDispatchOperator:
+    # Only the top node's (static) policy changes: a shallow copy, as equinox's own
+    # unflattening makes one (no `__init__`, whose checks the operator passed when
+    # it was made; a `FunctionLinearOperator`'s traces its function again).
+    copy: Any = object.__new__(type(operator))
+    copy.__dict__.update(operator.__dict__)
+    copy.__dict__["policy"] = check_policy(policy)
+    return copy

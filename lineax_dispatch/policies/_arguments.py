@@ -59,26 +59,32 @@ class StaticPart:
         return jtu.tree_unflatten(self.treedef, merged)
 
 
-def _split(value: Any, whole: bool) -> tuple[Any, StaticPart]:
-    """`(dynamic, static)`: dynamic has the value's structure with `None` for every
-    static leaf (so that `donate_argnums` keeps its meaning)."""
+def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, list]:
+    """`(dynamic, static, arrays)`: dynamic has the value's structure with `None`
+    for every static leaf (so that `donate_argnums` keeps its meaning); `arrays`
+    are its traced leaves."""
     leaves, treedef = jtu.tree_flatten(value)
     if whole:
-        dynamic_leaves = [None] * len(leaves)
+        dynamic_leaves, arrays = [None] * len(leaves), []
+        static_leaves = tuple(_hashable(x) for x in leaves)
     else:
-        dynamic_leaves = [x if _is_traced_array(x) else None for x in leaves]
-    static_leaves = tuple(
-        None if d is not None else _hashable(x) for d, x in zip(dynamic_leaves, leaves)
-    )
-    return jtu.tree_unflatten(treedef, dynamic_leaves), StaticPart(
-        treedef, static_leaves
-    )
+        dynamic_leaves, static_leaves, arrays = [], [], []
+        for x in leaves:
+            if _is_traced_array(x):
+                dynamic_leaves.append(x)
+                static_leaves.append(None)
+                arrays.append(x)
+            else:
+                dynamic_leaves.append(None)
+                static_leaves.append(_hashable(x))
+        static_leaves = tuple(static_leaves)
+    dynamic = jtu.tree_unflatten(treedef, dynamic_leaves)
+    return dynamic, StaticPart(treedef, static_leaves), arrays
 
 
-def _abstract(dynamic: Any) -> Any:
+def _abstract(arrays: list) -> tuple:
     return tuple(
-        (tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)))
-        for x in jtu.tree_leaves(dynamic)
+        (x.shape, x.dtype, bool(getattr(x, "weak_type", False))) for x in arrays
     )
 
 
@@ -110,50 +116,81 @@ class Arguments:
         return args, kwargs
 
 
-def split_arguments(
-    fun: Callable, args: tuple, kwargs: dict, static_argnums: Any, static_argnames: Any
-) -> Arguments:
-    """Splits a call's arguments into traced arrays and a static key.
+class StaticSpec:
+    """Which arguments of a function are static whole (`static_argnums`,
+    `static_argnames`), read once per function and number of positional
+    arguments: `split_arguments` runs at every call of an `lxd.jit` function.
 
     **Arguments:**
 
     - `fun`: the function (to map `static_argnames` to positions and back).
-    - `args`, `kwargs`: the call's arguments.
     - `static_argnums`, `static_argnames`: as for `jax.jit`.
+    """
+
+    def __init__(self, fun: Callable, static_argnums: Any, static_argnames: Any):
+        self._nums = _normalise(static_argnums, int)
+        self._names = _normalise(static_argnames, str)
+        self._fun = fun
+        self._parameters: list[str] | None = None
+        self._by_count: dict[int, tuple[frozenset, frozenset]] = {}
+
+    def _read_parameters(self) -> list[str]:
+        if self._parameters is None:
+            try:
+                self._parameters = list(inspect.signature(self._fun).parameters)
+            except (TypeError, ValueError):
+                self._parameters = []
+        return self._parameters
+
+    def positions(self, count: int) -> tuple[frozenset, frozenset]:
+        """`(positions, names)` of the static arguments of a call with `count`
+        positional arguments."""
+        found = self._by_count.get(count)
+        if found is not None:
+            return found
+        nums = {n % count if -count <= n < count else n for n in self._nums}
+        names = set(self._names)
+        if nums or names:
+            parameters = self._read_parameters()
+            for name in list(names):
+                if name in parameters and parameters.index(name) < count:
+                    nums.add(parameters.index(name))
+            for num in list(nums):
+                if num < len(parameters):
+                    names.add(parameters[num])
+        found = self._by_count[count] = (frozenset(nums), frozenset(names))
+        return found
+
+
+def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:
+    """Splits a call's arguments into traced arrays and a static key.
+
+    **Arguments:**
+
+    - `spec`: the function's static arguments (a `StaticSpec`).
+    - `args`, `kwargs`: the call's arguments.
 
     **Returns:**
 
     An `Arguments`.
     """
-    nums = {
-        n % len(args) if -len(args) <= n < len(args) else n
-        for n in _normalise(static_argnums, int)
-    }
-    names = set(_normalise(static_argnames, str))
-    try:
-        parameters = list(inspect.signature(fun).parameters)
-    except (TypeError, ValueError):
-        parameters = []
-    for name in list(names):
-        if name in parameters and parameters.index(name) < len(args):
-            nums.add(parameters.index(name))
-    for num in list(nums):
-        if num < len(parameters):
-            names.add(parameters[num])
-    dynamic_args, static_args = [], []
+    nums, names = spec.positions(len(args))
+    dynamic_args, static_args, arrays = [], [], []
     for i, value in enumerate(args):
-        dynamic, static = _split(value, whole=i in nums)
+        dynamic, static, traced = _split(value, whole=i in nums)
         dynamic_args.append(dynamic)
         static_args.append(static)
+        arrays += traced
     dynamic_kwargs, static_kwargs = {}, {}
     for name in sorted(kwargs):
-        dynamic, static = _split(kwargs[name], whole=name in names)
+        dynamic, static, traced = _split(kwargs[name], whole=name in names)
         dynamic_kwargs[name] = dynamic
         static_kwargs[name] = static
+        arrays += traced
     key = (
         tuple(static_args),
-        tuple(sorted(static_kwargs.items())),
-        _abstract((dynamic_args, dynamic_kwargs)),
+        tuple(static_kwargs.items()),
+        _abstract(arrays),
     )
     return Arguments(
         tuple(dynamic_args), dynamic_kwargs, tuple(static_args), static_kwargs, key

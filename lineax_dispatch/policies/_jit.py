@@ -8,7 +8,13 @@ import jax
 import jax.extend.core as jex
 
 from .._compat import root_trace_ref, with_jaxpr
-from ._arguments import Arguments, check_jit_kwargs, OutputBox, split_arguments
+from ._arguments import (
+    Arguments,
+    check_jit_kwargs,
+    OutputBox,
+    split_arguments,
+    StaticSpec,
+)
 from ._decision import Decision
 from ._program import AutoGroup, plan_program
 from ._registry import PASS_CONTEXT, Session, session
@@ -127,6 +133,9 @@ class _CompileAware:
         self._fun = fun
         self._jit_kwargs = jit_kwargs
         self._passed = check_jit_kwargs(jit_kwargs)
+        self._spec = StaticSpec(
+            fun, jit_kwargs.get("static_argnums"), jit_kwargs.get("static_argnames")
+        )
         self._compiled: dict[Any, Compiled] = {}
         functools.update_wrapper(self, fun)
 
@@ -146,13 +155,7 @@ class _CompileAware:
         return self._prepare(self._split(args, kwargs)).decisions
 
     def _split(self, args, kwargs) -> Arguments:
-        return split_arguments(
-            self._fun,
-            args,
-            kwargs,
-            self._jit_kwargs.get("static_argnums"),
-            self._jit_kwargs.get("static_argnames"),
-        )
+        return split_arguments(self._spec, args, kwargs)
 
     def traceable(self, split: Arguments, box: OutputBox) -> Callable:
         """`fun` as a function of the traced halves of its arguments."""

@@ -146,7 +146,9 @@ def observe(
     dtype = structures_dtype(in_structure, out_structure)
     explicit = isinstance(operator, EXPLICIT_OPERATORS)
     operator_bytes = sum(
-        array_bytes(x) for x in jtu.tree_leaves(eqx.filter(operator, is_leaf_array))
+        array_bytes(x)
+        for x in jtu.tree_leaves(operator, is_leaf=is_leaf_array)
+        if is_leaf_array(x)
     )
     if explicit or not with_cost:
         cost = None
