@@ -57,6 +57,7 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.batch $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.autosolver $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.program $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.dispatch $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache site

@@ -196,6 +196,7 @@ def _auto(data: dict) -> str:
             "Auto / best, worst",
             "Auto picked the best",
             "lineax / best, median",
+            "Auto / lineax where lineax is best, worst (paired by round)",
         ),
         [
             (
@@ -205,6 +206,7 @@ def _auto(data: dict) -> str:
                 f"{s['worst_auto_over_best']:.2f}x ({s['worst_case']})",
                 f"{s['auto_picked_best']} of {s['cases']}",
                 f"{s['median_lineax_over_best']:.2f}x",
+                _paired_lineax(s),
             )
             for runs, s in scores.items()
         ],
@@ -227,6 +229,31 @@ def _auto(data: dict) -> str:
         ],
     )
     return f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
+
+
+def _paired_lineax(s: dict) -> str:
+    worst = s.get("worst_auto_over_lineax_where_lineax_best")
+    paired = s.get("worst_auto_over_lineax_where_lineax_best_paired")
+    if worst is None:
+        return "(plain lineax never the best)"
+    return f"{worst:.2f}x" + ("" if paired is None else f" ({paired:.2f}x)")
+
+
+def _dispatch(data: dict) -> str:
+    variants = [k for k in data["rows"][0] if isinstance(data["rows"][0][k], dict)]
+    return _table(
+        ("program", *variants),
+        [
+            (
+                row["program"],
+                *(
+                    f"{row[v]['us']:.1f} us ({row[v]['over_reference']:.2f}x)"
+                    for v in variants
+                ),
+            )
+            for row in data["rows"]
+        ],
+    )
 
 
 def _batch(data: dict) -> str:
@@ -288,7 +315,13 @@ def _batch(data: dict) -> str:
     )
 
 
-TABLES = {"callsites": _callsites, "solvers": _solvers, "auto": _auto, "batch": _batch}
+TABLES = {
+    "callsites": _callsites,
+    "solvers": _solvers,
+    "auto": _auto,
+    "batch": _batch,
+    "dispatch": _dispatch,
+}
 
 
 # ------------------------------------------------------------------ rendering
