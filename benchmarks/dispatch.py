@@ -5,7 +5,7 @@ itself is what is timed.
 What is measured
 ----------------
 
-Each program is compiled once (its first call, not timed); then, in interleaved
+Each program is compiled once and called `CALLS / 10` times (not timed); then, in interleaved
 rounds (every round calls each variant, every other round in reverse order),
 `CALLS` calls of each, each waited for (`jax.block_until_ready`); a variant's
 figure is the median over rounds of its median call. The programs:
@@ -25,7 +25,6 @@ Results: `benchmarks/results/dispatch.json` and `.png`.
 Run: `python -m benchmarks.dispatch [--quick] [--n 8] [--rounds 9] [--out DIR]`.
 """
 
-import time
 from statistics import median
 
 import equinox as eqx
@@ -79,27 +78,18 @@ def program(name: str, variant: str, n: int) -> tuple:
     return compiler(lambda x: op.mv(x)), (x,)
 
 
-def call_seconds(f, args) -> float:
-    """The median of `CALLS` waited-for calls of `f(*args)`."""
-    times = []
-    for _ in range(CALLS):
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - start)
-    return median(times)
-
-
 def measure(name: str, n: int, rounds: int) -> dict:
     """Every variant of program `name`, interleaved over `rounds`: microseconds
     per call and the ratio to the reference."""
     made = {v: program(name, v, n) for v in VARIANTS}
-    for f, args in made.values():
-        jax.block_until_ready(f(*args))  # compile
+    for f, args in made.values():  # compile, then warm up (not timed)
+        harness.call_times(lambda: f(*args), CALLS // 10)
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     order = list(VARIANTS)
     for round_ in range(rounds):
         for v in order[:: -1 if round_ % 2 else 1]:
-            samples[v].append(call_seconds(*made[v]))
+            f, args = made[v]
+            samples[v].append(harness.median_call_time(lambda: f(*args), CALLS))
     row: dict = dict(program=name, n=n)
     reference = median(samples[REFERENCE])
     for v, got in samples.items():
