@@ -35,6 +35,11 @@ if sentinel is inspect.Parameter.empty:  # pragma: no cover - lineax changed
     )
 
 
+def current_trace() -> Any:
+    """The trace the current code runs under (JAX's evaluation trace eagerly)."""
+    return _jax_core.trace_ctx.trace
+
+
 def root_trace_ref() -> "weakref.ref | None":
     """A weak reference to the outermost trace of the current computation: the
     trace the current one was started from, followed up to the one started from

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.extend.core as jex
 
-from .._compat import root_trace_ref, with_jaxpr
+from .._compat import current_trace, root_trace_ref, with_jaxpr
 from ._arguments import (
     Arguments,
     check_jit_kwargs,
@@ -17,7 +17,13 @@ from ._arguments import (
 )
 from ._decision import Decision
 from ._program import AutoGroup, plan_program
-from ._registry import PASS_CONTEXT, Session, session
+from ._registry import (
+    PASS_CONTEXT,
+    retire_shared_context,
+    Session,
+    session,
+    shared_context,
+)
 from ._rewrite import rewrite_program, rolled_entry
 from ._shared_solves import shared_solve_hints
 
@@ -157,11 +163,13 @@ class _CompileAware:
     def _split(self, args, kwargs) -> Arguments:
         return split_arguments(self._spec, args, kwargs)
 
-    def traceable(self, split: Arguments, box: OutputBox) -> Callable:
-        """`fun` as a function of the traced halves of its arguments."""
+    def traceable(self, split: Arguments, box: OutputBox, active: Session) -> Callable:
+        """`fun` as a function of the traced halves of its arguments (its trace
+        noted as `active`'s own)."""
         fun = self._fun
 
         def traced(*dynamic_args, **dynamic_kwargs):
+            active.top = current_trace()
             args, kwargs = split.rebuild(dynamic_args, dynamic_kwargs)
             return box.store(fun(*args, **kwargs))
 
@@ -169,13 +177,22 @@ class _CompileAware:
 
     def _trace(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
         """One trace of `fun` in a session of its own (told `hints`, see
-        `_shared_solves.py`): `((jitted, box, traced), session)`."""
+        `_shared_solves.py`): `((jitted, box, traced), session)`. Under the shared
+        jit-cache context (see `_registry.shared_context`), or one of its own when
+        told hints (its solves must be decided again, not taken from the trace
+        before)."""
         active = Session(solve_hints=hints)
         box = OutputBox()
-        jitted = jax.jit(self.traceable(split, box), **self._passed)
-        context = ("lxd.jit", active.token)
-        with session(active), PASS_CONTEXT(context):
-            traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+        jitted = jax.jit(self.traceable(split, box, active), **self._passed)
+        context = ("lxd.jit", active.token) if hints else shared_context()
+        try:
+            with session(active), PASS_CONTEXT(context):
+                traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
+        except BaseException:
+            retire_shared_context()  # what the failed trace left cached is unknown
+            raise
+        if active.nested_records:
+            retire_shared_context()
         return (jitted, box, traced), active
 
     def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:

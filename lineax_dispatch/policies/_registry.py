@@ -20,7 +20,7 @@ import jax
 import jax.tree_util as jtu
 import lineax as lx
 
-from .._compat import hashable_partition, traceback_frames
+from .._compat import current_trace, hashable_partition, traceback_frames
 from ._marked import MARKED_NAME, mv_parts, named_marked
 
 
@@ -127,10 +127,21 @@ class Session:
     # (emptied when it ends: the parts hold its tracers), so that one operator
     # applied at many call sites is partitioned and hashed once.
     applied: dict[int, tuple] = dataclasses.field(default_factory=dict, repr=False)
+    # The trace of the function's own body (set when it starts), and whether any
+    # of this session's records was made in another trace: a nested jit (lineax's
+    # `linear_solve` is one), a loop body, a transformation (see `shared_context`).
+    top: Any = dataclasses.field(default=None, repr=False)
+    nested_records: bool = False
+
+    def note_record(self) -> None:
+        """Notes that a record of this session is being made in the current trace."""
+        if current_trace() is not self.top:
+            self.nested_records = True
 
     def apply_parts(self, operator: Any) -> tuple[AutoRecord, tuple[Any, Any]]:
         """`(record, mv_parts(operator))` of an `Auto` operator applied in this
         trace, computed at its first `mv` and reused at its later ones."""
+        self.note_record()
         entry = self.applied.get(id(operator))
         if entry is not None and entry[0] is operator:
             return entry[1], entry[2]
@@ -156,10 +167,15 @@ class Session:
         return {record.name: record for record in self.records.values()}
 
 
-# A jit-cache-sensitive context (`jax.make_user_context`): each `lxd.jit` trace runs
-# under its own value, so that jits nested in the user's function (lineax's
-# `linear_solve` is one) are traced afresh, their `Auto` operators' calls named for
-# this trace, instead of reusing a trace made for another program.
+# A jit-cache-sensitive context (`jax.make_user_context`): `lxd.jit` traces run
+# under `shared_context()`, so that the jits nested in the user's function that
+# hold nothing of a session (`jax.numpy`'s own, the user's helpers) keep their
+# traces from one program to the next, as under `jax.jit`; a jit whose trace holds
+# a session's records (an `Auto` operator's marked call named for that trace, a
+# solve decided in its solver's `init`) must not be reused by another program, so
+# a trace that made records in a nested trace retires the shared value
+# (`retire_shared_context`), and a trace told solve hints runs under a value of
+# its own.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 # The `PASS_CONTEXT` value of the trace while this package's own code runs under
@@ -238,6 +254,42 @@ def current_session() -> Session | None:
     return _SESSION.get()
 
 
+class _Generation:
+    """The shared jit-cache context of one thread's `lxd.jit` traces: a token (each
+    thread's caches apart) and a count, raised when a trace retires the value. One
+    object per thread's context, shared by reference with the contexts copied from
+    it (asyncio tasks), so that a retirement anywhere is seen everywhere."""
+
+    def __init__(self):
+        self.token = uuid.uuid4().hex
+        self.count = 0
+
+
+_GENERATION: contextvars.ContextVar[_Generation | None] = contextvars.ContextVar(
+    "lineax_dispatch_generation", default=None
+)
+
+
+def _generation() -> _Generation:
+    value = _GENERATION.get()
+    if value is None:
+        value = _Generation()
+        _GENERATION.set(value)
+    return value
+
+
+def shared_context() -> tuple:
+    """The `PASS_CONTEXT` value of an `lxd.jit` trace without solve hints."""
+    value = _generation()
+    return ("lxd.jit", value.token, value.count)
+
+
+def retire_shared_context() -> None:
+    """Gives later traces a new `shared_context()`: the nested traces cached under
+    the current one hold a session's records."""
+    _generation().count += 1
+
+
 def record_solver_choice(
     operator: str, size: str, solver: str, reasons: tuple[str, ...]
 ) -> None:
@@ -245,6 +297,7 @@ def record_solver_choice(
     if one is running."""
     active = _SESSION.get()
     if active is not None:
+        active.note_record()
         active.solver_choices.append(SolverChoice(operator, size, solver, reasons))
 
 
@@ -258,6 +311,7 @@ def session(value: Session) -> Iterator[Session]:
     finally:
         _SESSION.reset(token)
         value.applied.clear()
+        value.top = None
 
 
 @contextlib.contextmanager
@@ -280,6 +334,7 @@ def record_solve(operator: Any, key: Any, executions: float, decision: Any) -> N
     any."""
     active = _SESSION.get()
     if active is not None:
+        active.note_record()
         active.solves.append(
             SolveRecord(
                 key, abstract_operator(operator), executions, decision, user_site()

@@ -1,0 +1,97 @@
+"""`lxd.jit` traces share one jit-cache context, as `jax.jit`'s do: the user's
+jitted helpers (and `jax.numpy`'s own) keep their traces from one program to the
+next, unless a trace made a session's records inside them (an `Auto` operator's
+`mv`, a solve decided in its solver's `init`), which then no later program reuses:
+each program still records and decides everything it holds."""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+from lineax_dispatch.policies._registry import shared_context
+
+
+N = 8
+
+
+def _auto_operator(scale: float = 3.0):
+    matrix = jnp.asarray(np.eye(N) * scale + 0.1)
+    structure = jax.ShapeDtypeStruct((N,), jnp.float64)
+    tag = lx.positive_semidefinite_tag
+    operator = lxd.FunctionLinearOperator(
+        lambda x: matrix @ x, structure, tag, closure_convert=False, policy=lxd.Auto()
+    )
+    return operator, np.asarray(matrix)
+
+
+def test_a_helper_without_records_is_traced_once_for_many_programs():
+    traces = []
+
+    @jax.jit
+    def helper(x):
+        traces.append(1)
+        return jnp.sin(x) * 2.0
+
+    operator, matrix = _auto_operator()
+    x = jnp.arange(1.0, N + 1.0)
+    for scale in (2.0, 3.0):  # two programs (two functions)
+        f = lxd.jit(lambda x, scale=scale: operator.mv(helper(x)) * scale)
+        np.testing.assert_allclose(f(x), scale * matrix @ (2.0 * np.sin(x)))
+        assert list(f.decisions(x).values())[0].strategy == "Lazy"
+    assert len(traces) == 1
+
+
+def test_a_helper_applying_an_auto_operator_is_traced_for_each_program():
+    traces = []
+    operator, matrix = _auto_operator()
+
+    @jax.jit
+    def helper(x):
+        traces.append(1)
+        return operator.mv(x)
+
+    x = jnp.arange(1.0, N + 1.0)
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda x, scale=scale: helper(x) * scale)
+        np.testing.assert_allclose(f(x), scale * matrix @ np.asarray(x))
+        assert len(f.decisions(x)) == 1  # this program's record, not another's
+    assert len(traces) == 2
+
+
+@pytest.mark.parametrize("solver", [lxd.CG(1e-10, 1e-10), lxd.AutoSolver()])
+def test_every_program_decides_its_own_solves(solver):
+    # lineax's `linear_solve` is a jit of its own: a program solving the same
+    # operator as an earlier one still decides (and reports) its solve.
+    operator, matrix = _auto_operator()
+    b = jnp.arange(1.0, N + 1.0)
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
+        np.testing.assert_allclose(
+            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
+        )
+        report = lxd.explain(
+            lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver), b
+        )
+        if isinstance(solver, lxd.CG):  # Auto decided in `CG.init`
+            assert len(f.decisions(b)) == 1 and len(report.rows) == 1
+        else:  # AutoSolver's choice, reported
+            assert len(report.solves) == 1
+
+
+def test_a_failed_trace_retires_the_shared_context():
+    operator, _ = _auto_operator()
+
+    def fails(x):
+        operator.mv(x)
+        raise RuntimeError("the user's error")
+
+    before = shared_context()
+    with pytest.raises(RuntimeError, match="the user's error"):
+        lxd.jit(fails)(jnp.ones(N))
+    assert shared_context() != before
+    after = shared_context()
+    lxd.jit(lambda x: operator.mv(x))(jnp.ones(N))  # records at the top only
+    assert shared_context() == after
