@@ -2,11 +2,11 @@
 
 import functools as ft
 from collections.abc import Callable
-from typing import Any
 
 import lineax as lx
 
 from ..policies import AbstractPolicy, check_policy
+from ..policies._base import with_top_policy
 from ._base import AbstractDispatchOperator
 from ._composite import (
     AddLinearOperator,
@@ -195,7 +195,8 @@ def adopt(
         if operator.policy == policy:
             return operator
         if not _plain_children(operator):
-            return _with_top_policy(operator, policy)
+            # Only the top node's policy changes: no `__init__` run again.
+            return with_top_policy(operator, check_policy(policy))
     return _rebuild(operator, policy, child)
 
 
@@ -205,15 +206,3 @@ def _plain_children(operator: AbstractDispatchOperator) -> bool:
         and not isinstance(value, AbstractDispatchOperator)
         for value in vars(operator).values()
     )
-
-
-def _with_top_policy(
-    operator: AbstractDispatchOperator, policy: AbstractPolicy
-) -> AbstractDispatchOperator:
-    # Only the top node's (static) policy changes: a shallow copy, as equinox's own
-    # unflattening makes one (no `__init__`, whose checks the operator passed when
-    # it was made; a `FunctionLinearOperator`'s traces its function again).
-    copy: Any = object.__new__(type(operator))
-    copy.__dict__.update(operator.__dict__)
-    copy.__dict__["policy"] = check_policy(policy)
-    return copy

@@ -134,3 +134,24 @@ def check_policy(policy: Any, *, name: str = "policy") -> AbstractPolicy:
     raise TypeError(
         f"`{name}` must be a lineax-dispatch policy, one of {allowed}{hint}"
     )
+
+
+def with_top_policy(operator: Any, policy: AbstractPolicy) -> Any:
+    """`operator` with `policy` at its top node, its children and arrays shared: a
+    shallow copy, as equinox's own unflattening makes one (no `__init__`, whose
+    checks the operator passed when it was made; a tagged `FunctionLinearOperator`'s
+    evaluates its function's output structure again).
+
+    **Arguments:**
+
+    - `operator`: an operator of lineax-dispatch.
+    - `policy`: the new top policy (not checked here).
+
+    **Returns:**
+
+    The copy.
+    """
+    copy = object.__new__(type(operator))
+    copy.__dict__.update(operator.__dict__)
+    copy.__dict__["policy"] = policy
+    return copy

@@ -18,7 +18,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from .._compat import hashable_partition, root_trace_ref
-from ._base import AbstractPolicy, RawMv
+from ._base import AbstractPolicy, RawMv, with_top_policy
 from ._marked_call import MarkedCall
 from ._per_object import cached_per_object, per_object_cache
 
@@ -175,15 +175,11 @@ def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
 def _top_policy_free(operator: Any) -> Any:
     # The plain lineax `mv` does not read the top node's own policy (its children
     # keep theirs): give every top policy one key, so an `Auto` operator and the
-    # same operator with its decided policy share one callee. A shallow copy as
-    # equinox's own unflattening makes it (no `__init__`, no checks).
+    # same operator with its decided policy share one callee.
     policy = getattr(operator, "policy", None)
     if policy is None or type(policy) is _TopPolicy:
         return operator
-    copy = object.__new__(type(operator))
-    copy.__dict__.update(operator.__dict__)
-    copy.__dict__["policy"] = _TOP_POLICY
-    return copy
+    return with_top_policy(operator, _TOP_POLICY)
 
 
 class _TopPolicy(AbstractPolicy):
