@@ -136,7 +136,9 @@ def _shared_build_policy(k: int) -> lxd.Auto:
     rate = 1e4  # bytes per second: run time counts as much as compile time here
     probe = lxd.Auto(
         runs=1,
-        cost_model=lxd.CostModel(bytes_per_second=rate, materialise_fixed=0.0),
+        cost_model=lxd.CostModel(
+            bytes_per_second=rate, cache_bytes_per_second=rate, materialise_fixed=0.0
+        ),
     )
     op = _spd_operator(probe, [])
     executions = expected_iterations(None, N)
@@ -152,7 +154,9 @@ def _shared_build_policy(k: int) -> lxd.Auto:
     high = -excess(probe.decision(op, executions=k * executions, solves=1))
     assert low < high, (low, high)
     fixed = max((low + high) / 2, high / 2)
-    model = lxd.CostModel(bytes_per_second=rate, materialise_fixed=fixed)
+    model = lxd.CostModel(
+        bytes_per_second=rate, cache_bytes_per_second=rate, materialise_fixed=fixed
+    )
     return lxd.Auto(runs=1, cost_model=model)
 
 

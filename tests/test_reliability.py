@@ -202,11 +202,19 @@ def test_numpy_integers_are_accepted():
     assert sol.value.shape == (5, 16)
 
 
-@pytest.mark.parametrize("field", ["bytes_per_second", "flops_per_second"])
+@pytest.mark.parametrize(
+    "field", ["bytes_per_second", "flops_per_second", "cache_bytes_per_second"]
+)
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan")])
 def test_cost_model_rates_must_be_positive(field, value):
     with pytest.raises(ValueError, match=f"CostModel\\({field}"):
         lxd.CostModel(**{field: value})
+
+
+def test_cost_model_cache_bytes_may_be_zero_not_negative():
+    assert lxd.CostModel(cache_bytes=0).cache_bytes == 0
+    with pytest.raises(ValueError, match="CostModel\\(cache_bytes"):
+        lxd.CostModel(cache_bytes=-1)
 
 
 def test_batch_api_argument_errors():

@@ -45,7 +45,12 @@ class CostModel(eqx.Module):
     **Arguments:** (all have defaults; each is also the attribute of that name)
 
     - `flops_per_second`: throughput of dense batched work (building a matrix).
-    - `bytes_per_second`: memory bandwidth (a matrix-vector product, an `mv`).
+    - `bytes_per_second`: memory bandwidth (a matrix-vector product, an `mv`) for
+        arrays larger than the last-level cache.
+    - `cache_bytes`: the last-level cache (0: none): an `mv` whose operator's
+        arrays and intermediates fit in it, run again and again, reads them at
+        `cache_bytes_per_second` (so does a product with a matrix that fits).
+    - `cache_bytes_per_second`: the rate of those reads.
     - `compile_per_dot`, `compile_per_op`: compile time of one dot product, and
         of any other operation, in one copy of `mv` (XLA:CPU emits code for each
         matrix-vector product, which is slow to compile).
@@ -75,7 +80,11 @@ class CostModel(eqx.Module):
     # Fitted to benchmarks/results/auto.json (2-core XLA:CPU, jax 0.10.2): the
     # compile and run times of every fixed strategy at 1, 4 and 16 sites.
     flops_per_second: float = 1.5e11
-    bytes_per_second: float = 2e10
+    # Lazy run per mv in benchmarks/results/auto.json: ~2.8e10 B/s for 128 MiB of
+    # weights, ~5e10 B/s for 8 MiB (a 32 MiB last-level cache).
+    bytes_per_second: float = 2.7e10
+    cache_bytes: int = 32 * 2**20
+    cache_bytes_per_second: float = 5e10
     compile_per_dot: float = 1e-2
     compile_per_op: float = 2e-4
     compile_per_site: float = 2e-2
@@ -139,9 +148,19 @@ def batched_compile(o: Observation, model: CostModel) -> float:
     return model.compile_per_batched_dot * o.mv_dots + model.compile_per_op * o.mv_ops
 
 
+def read_rate(working_set: float, model: CostModel) -> float:
+    """Bytes per second of reading a working set of `working_set` bytes once per
+    step of a loop: the cache's rate if it fits the last-level cache."""
+    if working_set <= model.cache_bytes:
+        return model.cache_bytes_per_second
+    return model.bytes_per_second
+
+
 def mv_run(o: Observation, model: CostModel) -> float:
-    """Seconds to run one `mv`: bound by flops or by memory traffic."""
-    return max(o.mv_flops / model.flops_per_second, o.mv_bytes / model.bytes_per_second)
+    """Seconds to run one `mv`: bound by flops or by memory traffic (at the cache's
+    rate when the operator's arrays and one `mv`'s intermediates fit in it)."""
+    rate = read_rate(o.operator_bytes + _workspace(o), model)
+    return max(o.mv_flops / model.flops_per_second, o.mv_bytes / rate)
 
 
 def _estimate(
@@ -208,7 +227,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
         build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
             o.in_size / chunk
         ) * (o.mv_bytes / model.bytes_per_second)
-        apply = runs * o.matrix_bytes / model.bytes_per_second
+        apply = runs * o.matrix_bytes / read_rate(o.matrix_bytes, model)
         out.append(
             _estimate(
                 Materialise(batch_size=chunk),

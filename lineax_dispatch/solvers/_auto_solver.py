@@ -12,7 +12,7 @@ from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
 from ..policies import Auto, CostModel, observe
 from ..policies._budget import default_memory_budget, format_bytes, optional_budget
-from ..policies._decide import batched_compile, mv_compile, mv_run
+from ..policies._decide import batched_compile, mv_compile, mv_run, read_rate
 from ..policies._guard import policy_budget
 from ..policies._registry import record_solver_choice
 from ..policies._sizes import itemsize as operator_itemsize, matrix_bytes, vector_bytes
@@ -192,7 +192,7 @@ class AutoSolver(lx.AbstractLinearSolver):
             direct_time = 0.0
             run = max(
                 2 * m * n / model.flops_per_second,
-                o.matrix_bytes / model.bytes_per_second,
+                o.matrix_bytes / read_rate(o.matrix_bytes, model),
             )
             copy = model.matmul_site
         else:
@@ -207,7 +207,8 @@ class AutoSolver(lx.AbstractLinearSolver):
         steps = expected_iterations(self.max_steps, n)
         mvs = 2 if isinstance(iterative, LSMR) else 1
         step = mvs * run + model.krylov_step
-        step += 10 * vector_bytes(m + n, itemsize) / model.bytes_per_second
+        vectors = 10 * vector_bytes(m + n, itemsize)
+        step += vectors / read_rate(vectors, model)
         iterative_time = model.krylov_compile + mvs * copy + steps * step
         estimates = (
             f"{name} of the {m} x {n} matrix (from {source}) ~{direct_time:.3g} s; "
