@@ -95,3 +95,35 @@ def test_a_failed_trace_retires_the_shared_context():
     after = shared_context()
     lxd.jit(lambda x: operator.mv(x))(jnp.ones(N))  # records at the top only
     assert shared_context() == after
+
+
+def test_a_solve_decided_in_init_is_read_back_from_a_reused_trace(monkeypatch):
+    # The decision rides on the solve's operator (its pinned policy): a program
+    # whose solve reuses an earlier program's trace of lineax's `linear_solve` (no
+    # `init` runs) reads it from its own program, and no program retires the
+    # shared context for it.
+    import lineax_dispatch.solvers._prepare as prepare
+
+    made = []
+    original = prepare.solve_record
+    monkeypatch.setattr(
+        prepare, "solve_record", lambda *a: made.append(1) or original(*a)
+    )
+    operator, matrix = _auto_operator()
+    solver = lxd.CG(1e-10, 1e-10)
+    b = jnp.arange(1.0, N + 1.0)
+    before = shared_context()
+    sites = []
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
+        np.testing.assert_allclose(
+            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
+        )
+        (decision,) = f.decisions(b).values()
+        assert decision.strategy == "Lazy"
+        (row,) = lxd.explain(f, b).rows
+        sites.append(row.sites)
+    assert len(made) == 1  # decided once: the later traces reused the first
+    assert shared_context() == before
+    assert sites[0] == sites[1]
+    assert all("test_shared_context.py" in site for site in sites[0]), sites

@@ -15,6 +15,7 @@ from ._arguments import (
     split_arguments,
     StaticSpec,
 )
+from ._carried import add_carried_solves
 from ._decision import Decision
 from ._program import AutoGroup, plan_program
 from ._registry import (
@@ -193,6 +194,7 @@ class _CompileAware:
             raise
         if active.nested_records:
             retire_shared_context()
+        add_carried_solves(traced.jaxpr.jaxpr, active)
         return (jitted, box, traced), active
 
     def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:

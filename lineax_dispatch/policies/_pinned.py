@@ -33,6 +33,24 @@ class _ScopeRef:
         return self.scope if self.scope.value() is not None else None
 
 
+class _RecordRef:
+    """The record of the decision a pinned policy applies, carried without entering
+    its equality or hash (as `_ScopeRef`): two solves decided alike are the same
+    operator structure, and a later program that reuses the trace of one (a jit
+    cache hit, which runs no `init`) reads the record from its program instead."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Any):
+        self.record = record
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _RecordRef)
+
+    def __hash__(self) -> int:
+        return hash(_RecordRef)
+
+
 class _Pinned(AbstractPolicy):
     """Applies `policy` as part of the trace `scope`.
 
@@ -44,6 +62,7 @@ class _Pinned(AbstractPolicy):
 
     policy: AbstractPolicy
     scope: _ScopeRef = eqx.field(static=True)
+    record: _RecordRef | None = eqx.field(static=True, default=None)
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
@@ -52,16 +71,38 @@ class _Pinned(AbstractPolicy):
             return self.policy.mv(operator, vector)
 
 
-def pinned(policy: AbstractPolicy, scope: TraceScope) -> AbstractPolicy:
+def pinned(
+    policy: AbstractPolicy, scope: TraceScope, record: Any = None
+) -> AbstractPolicy:
     """`policy`, applied as part of the trace `scope` (see `_Pinned`).
 
     **Arguments:**
 
     - `policy`: a decided policy.
     - `scope`: the trace (from `current_scope()`).
+    - `record`: the `SolveRecord` of the decision, read back from the traced
+        program by `carried_solves`.
 
     **Returns:**
 
     A policy.
     """
-    return _Pinned(policy, _ScopeRef(scope))
+    ref = None if record is None else _RecordRef(record)
+    return _Pinned(policy, _ScopeRef(scope), ref)
+
+
+def applied_policy(policy: Any) -> Any:
+    """The policy a pinned policy applies; any other as it is."""
+    return policy.policy if isinstance(policy, _Pinned) else policy
+
+
+def scope_of(policy: Any) -> TraceScope | None:
+    """The live trace scope a pinned policy applies its policy in, else `None`."""
+    return policy.scope.live() if isinstance(policy, _Pinned) else None
+
+
+def carried_record(policy: Any) -> Any:
+    """The `SolveRecord` a pinned policy carries, else `None`."""
+    if isinstance(policy, _Pinned) and policy.record is not None:
+        return policy.record.record
+    return None

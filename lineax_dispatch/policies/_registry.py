@@ -329,17 +329,27 @@ def current_executions() -> float:
     return _EXECUTIONS.get()
 
 
-def record_solve(operator: Any, key: Any, executions: float, decision: Any) -> None:
-    """Notes a solve's decision in the `lxd.jit` or `lxd.explain` trace running, if
-    any."""
+def solve_record(operator: Any, key: Any, executions: float, decision: Any) -> Any:
+    """The `SolveRecord` of a solve's decision made at the current user line, if an
+    `lxd.jit` or `lxd.explain` trace is running, else `None`."""
+    if _SESSION.get() is None:
+        return None
+    return SolveRecord(
+        key, abstract_operator(operator), executions, decision, user_site()
+    )
+
+
+def record_solve(record: Any, *, carried: bool) -> None:
+    """Notes a solve's `record` (from `solve_record`) in the `lxd.jit` or
+    `lxd.explain` trace running, if any. A record `carried` by the solve's operator
+    (its pinned policy, read back from the program by `carried_solves`) does not
+    retire the shared jit-cache context when made in a nested trace: a later
+    program that reuses that trace finds it in its own program."""
     active = _SESSION.get()
-    if active is not None:
-        active.note_record()
-        active.solves.append(
-            SolveRecord(
-                key, abstract_operator(operator), executions, decision, user_site()
-            )
-        )
+    if active is not None and record is not None:
+        if not carried:
+            active.note_record()
+        active.solves.append(record)
 
 
 def equation_site(eqn: Any) -> tuple[str, int]:

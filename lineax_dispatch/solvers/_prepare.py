@@ -9,7 +9,7 @@ from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
 from ..policies._marked import current_scope
 from ..policies._pinned import pinned
-from ..policies._registry import operator_key, record_solve
+from ..policies._registry import operator_key, record_solve, solve_record
 from ..policies._shared_solves import solve_hint
 
 
@@ -102,22 +102,26 @@ def resolve_for_solve(
             "arrays: decided for all of them (one matrix build would serve all)."
         )
         decision = decision.with_reason(note)
-    record_solve(operator, key, executions, decision)  # for `lxd.explain`
+    # For `lxd.jit` and `lxd.explain`; carried by the operator's pinned policy
+    # where there is one, so that a program reusing this trace reads it back.
+    record = solve_record(operator, key, executions, decision)
+    scope = current_scope()
+    record_solve(record, carried=scope is not None)
     chosen = decision.policy
     if isinstance(chosen, Materialise) and not isinstance(
         operator, MatrixLinearOperator
     ):
+        applied = Lazy() if scope is None else pinned(Lazy(), scope, record)
         if _single_array(operator.in_structure()) and _single_array(
             operator.out_structure()
         ):
             matrix = dense_matrix(operator, chosen.batch_size)
-            return MatrixLinearOperator(matrix, _tags(operator), policy=Lazy())
-        return adopt(lx.materialise(operator), Lazy())
+            return MatrixLinearOperator(matrix, _tags(operator), policy=applied)
+        return adopt(lx.materialise(operator), applied)
     if isinstance(chosen, Materialise):
         chosen = Lazy()
-    scope = current_scope()
     if scope is not None:
         # The solve's own traces (lineax's primitive evaluates and lowers the
         # solver apart) share the `mv` traced for the decision.
-        chosen = pinned(chosen, scope)
+        chosen = pinned(chosen, scope, record)
     return adopt(operator, chosen)

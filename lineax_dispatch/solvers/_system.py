@@ -33,6 +33,9 @@ class System(eqx.Module):
     - `split`: `(x, residual) -> (apply(x, residual), N x)` through the same one
         `mv`, where the system can give `N x` apart from the residual (the plain
         system); `None` where it cannot (see `apply_split`).
+    - `copies_compile_once`: whether copies of `apply` compile as one (see
+        `compiles_once`): a solver may then call it at several sites, as lineax's
+        do, rather than through one slot.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -40,6 +43,7 @@ class System(eqx.Module):
     offset: Array | None
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
+    copies_compile_once: bool = eqx.field(static=True, default=False)
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -112,10 +116,14 @@ class System(eqx.Module):
 
 
 def plain_system(
-    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
+    operator: lx.AbstractLinearOperator,
+    vector: PyTree[Array],
+    y0: PyTree | None,
+    copies_compile_once: bool = False,
 ) -> tuple[System, Array]:
     """The system `A y = b`, and the flat starting point. (`N` is `A`; the
-    operator is square for every solver but `LSMR`.)"""
+    operator is square for every solver but `LSMR`.) `copies_compile_once`: see
+    `System`."""
     dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
     flat = Flattener(operator.in_structure(), dtype)
     out_flat = Flattener(operator.out_structure(), dtype)
@@ -130,7 +138,14 @@ def plain_system(
         return split(x, residual)[0]
 
     y0_flat = jnp.zeros(flat.size, dtype) if y0 is None else flat.ravel(y0)
-    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
+    system = System(
+        apply=apply,
+        rhs=b,
+        offset=None,
+        flat=flat,
+        split=split,
+        copies_compile_once=copies_compile_once,
+    )
     return system, y0_flat
 
 
