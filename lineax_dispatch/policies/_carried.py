@@ -41,7 +41,12 @@ def carried_solves(jaxpr: Any) -> dict[int, SolveRecord]:
         for eqn in sub.eqns:
             outer = eqn if top is None else top
             if eqn.primitive.name == "linear_solve" and "treedef" in eqn.params:
-                args = jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])
+                try:
+                    args = jtu.tree_unflatten(
+                        eqn.params["treedef"], eqn.params["static"]
+                    )
+                except Exception:  # a node of the user's that checks its leaves
+                    args = ()
                 for node in jtu.tree_leaves(args, is_leaf=_has_record):
                     record = carried_record(getattr(node, "policy", None))
                     if record is None or id(record) in found:

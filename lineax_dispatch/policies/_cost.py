@@ -142,9 +142,7 @@ def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
     )
 
 
-def mv_cost(
-    operator: lx.AbstractLinearOperator, key: Any = None, *, lower: bool = True
-) -> MvCost:
+def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
     cached per operator kind in the current context.
 
@@ -160,9 +158,6 @@ def mv_cost(
 
     - `operator`: the operator.
     - `key`: its key for the cost cache (computed when `None`).
-    - `lower`: `False` for the jaxpr's figures alone where no lowered figures are
-        cached (the counts of dot products and operations are the same; nothing is
-        lowered; they are cached apart).
 
     **Returns:**
 
@@ -183,8 +178,6 @@ def mv_cost(
     cache = cost_cache()
     if key in cache:
         return cache[key]
-    if not lower and ("jaxpr", key) in cache:
-        return cache[("jaxpr", key)]
     # Traced through the marked call that applies it inline: a later call in the
     # same trace reuses this trace of the user's function. One trace gives the
     # jaxpr and the lowering.
@@ -204,9 +197,6 @@ def mv_cost(
         cache[key] = cost
         return cost
     cost = jaxpr_cost(closed)
-    if not lower:
-        cache[("jaxpr", key)] = cost
-        return cost
     exact = not closed.consts and _counted_as_xla(closed.jaxpr)
     if not exact and cost.constant_bytes <= _LOWER_CONSTANTS_LIMIT:
         try:

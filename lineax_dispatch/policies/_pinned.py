@@ -91,16 +91,6 @@ def pinned(
     return _Pinned(policy, _ScopeRef(scope), ref)
 
 
-def applied_policy(policy: Any) -> Any:
-    """The policy a pinned policy applies; any other as it is."""
-    return policy.policy if isinstance(policy, _Pinned) else policy
-
-
-def scope_of(policy: Any) -> TraceScope | None:
-    """The live trace scope a pinned policy applies its policy in, else `None`."""
-    return policy.scope.live() if isinstance(policy, _Pinned) else None
-
-
 def carried_record(policy: Any) -> Any:
     """The `SolveRecord` a pinned policy carries, else `None`."""
     if isinstance(policy, _Pinned) and policy.record is not None:

@@ -63,8 +63,6 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     single application slot whose input is chosen by data on the loop's phase, so
     the initial residual and any residual refresh go through the same slot as the
     iteration itself. An expensive `mv` is therefore traced and compiled once.
-    (`CG` writes an `mv` of a single operation at three sites, as lineax does: see
-    its documentation.)
 
     Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
     do (same names, order and defaults), call `self.prepare(operator)` in `init`
@@ -151,24 +149,21 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         operator: lx.AbstractLinearOperator,
         vector: PyTree[Array],
         options: dict[str, Any],
-        copies_compile_once: bool = False,
     ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
         """Reads `options`, builds the square system `operator y = vector` and runs
         `self.solve_system` on it. Returns the flat solution, the result, the stats
-        and the flattener of the solution (`copies_compile_once`: see `System`).
-        All of it is this package's own code
+        and the flattener of the solution. All of it is this package's own code
         (`own_code`: the `jax.numpy` functions it calls reuse their traces from
         earlier programs); the operator's and preconditioner's `mv`s are the user's
         (`flat_mv` applies them under the program's own jit-cache context)."""
         with own_code():
-            return self._solve_square(operator, vector, options, copies_compile_once)
+            return self._solve_square(operator, vector, options)
 
     def _solve_square(
         self,
         operator: lx.AbstractLinearOperator,
         vector: PyTree[Array],
         options: dict[str, Any],
-        copies_compile_once: bool,
     ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
         name = type(self).__name__
         preconditioner, y0 = preconditioner_and_y0(
@@ -187,7 +182,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 f"`options['preconditioner']` of `{name}` must be tagged positive "
                 "semidefinite (`lx.positive_semidefinite_tag`)."
             )
-        system, y0_flat = plain_system(operator, vector, y0, copies_compile_once)
+        system, y0_flat = plain_system(operator, vector, y0)
         precond = flat_preconditioner(preconditioner, system.flat)
         y, result, stats = self.run_system(system, precond, y0_flat)
         return y, result, stats, system.flat

@@ -18,7 +18,6 @@ from ._base import (
     transpose_options,
 )
 from ._flat import dot, keep_conj, keep_linearise, select
-from ._sites import compiles_once
 from ._system import System
 
 
@@ -62,14 +61,6 @@ class CG(AbstractOneSiteSolver[_CGState]):
     direction on an ordinary step and with the current iterate on a residual step
     (the first step and every `stabilise_every`-th). Each refresh therefore costs
     one extra pass through the loop rather than a second copy of `mv`.
-
-    An `mv` of a single operation (one matrix-vector product, one elementwise
-    product: an operator of this package with the `Lazy` policy, or decided so)
-    is written where lineax writes it instead, at three sites: XLA compiles its
-    identical copies once, and the one slot's selects would cost more compile
-    time than they save (one solve of a dense n=64 operator: 1.03-1.11x plain
-    lineax's compile time through the slot, 1.01x so). Iterates, steps and
-    results are the same either way.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -126,9 +117,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
         operator, is_nsd = state
-        y, result, stats, flat = self.solve_square(
-            operator, vector, options, compiles_once(operator)
-        )
+        y, result, stats, flat = self.solve_square(operator, vector, options)
         if is_nsd.value:
             y = -y
         return flat.unravel(y), result, stats
@@ -138,8 +127,6 @@ class CG(AbstractOneSiteSolver[_CGState]):
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """Runs CG on `system` from `y0` (flat). Returns the flat solution (with the
         system's offset added), the result and the stats."""
-        if system.copies_compile_once:
-            return self._solve_at_sites(system, precond, y0)
         flat = system.flat
         size = flat.size
         max_steps = self.resolve_max_steps(size)
@@ -227,88 +214,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             breakdown=s.mode == _CURVATURE_NEGATIVE,
         )
 
-    def _solve_at_sites(
-        self, system: System, precond: Callable[[Array], Array], y0: Array
-    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
-        """`solve_system` for a system whose copies compile as one: the same
-        iterates, steps and results, with `apply` written as lineax's CG writes it
-        (the initial residual, the loop's product, the periodic refresh), where
-        the one slot's selects would cost more compile time than the copies."""
-        flat = system.flat
-        max_steps = self.resolve_max_steps(flat.size)
-        rcond = 2 * jnp.finfo(flat.dtype).eps * max(flat.size, 1)
-        b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
-        r = system.apply(y0, jnp.array(True))
-        b_scale, _ = system.from_first_residual(
-            jnp.array(True), r, self.b_scale, (b_scale, jnp.array(True))
-        )
-        z = precond(r)
-        init = _Loop(
-            y=y0,
-            r=r,
-            p=z,
-            diff=jnp.full_like(y0, jnp.inf),
-            gamma=dot(z, r),
-            step=jnp.array(0),
-            mode=jnp.asarray(_STEP),
-            unconverged=jnp.array(True),  # `diff` is infinite
-            b_scale=b_scale,
-        )
-
-        def cond_fun(s: _Loop):
-            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps) & s.unconverged
-            return (s.mode == _STEP) & iterate
-
-        def body_fun(s: _Loop):
-            p, gamma = s.p, s.gamma
-            _, product = system.apply_split(p, jnp.array(False))
-            curvature = dot(p, product)
-            threshold = 100 * rcond * jnp.abs(gamma)
-            ok = jnp.real(curvature) > threshold
-            negative = jnp.real(curvature) < -threshold
-            code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
-            alpha = gamma / select(ok, curvature, 1)
-            diff = select(ok, alpha * p, s.diff)
-            y = select(ok, s.y + diff, s.y)
-            r = select(ok, s.r - alpha * product, s.r)
-            step = s.step + ok.astype(s.step.dtype)
-            if self.stabilise_every is not None:
-                refresh = ok & (lax.rem(step, self.stabilise_every) == 0)
-                # Batched, the refresh runs where any member needs it (one `mv` of
-                # the whole batch), each member keeping its own residual.
-                r = lax.cond(
-                    eqxi.nonbatchable(eqxi.unvmap_any(refresh)),
-                    lambda: select(refresh, system.apply(y, jnp.array(True)), r),
-                    lambda: r,
-                )
-            z = precond(r)
-            gamma_new = dot(z, r)
-            new = _Loop(
-                y=y,
-                r=r,
-                p=select(ok, z + (gamma_new / gamma) * p, p),
-                diff=diff,
-                gamma=select(ok, gamma_new, gamma),
-                step=step,
-                mode=select(ok, _STEP, code),
-                unconverged=s.unconverged,
-                b_scale=s.b_scale,
-            )
-            return new._replace(unconverged=self.not_converged(system, new))
-
-        s = lax.while_loop(cond_fun, body_fun, init)
-        return self.loop_end(
-            system,
-            s,
-            max_steps,
-            s.unconverged,
-            finite_input=jnp.isfinite(s.gamma),
-            codes=((s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),),
-            breakdown=s.mode == _CURVATURE_NEGATIVE,
-        )
-
     def transpose(self, state: _CGState, options: dict[str, Any]):
-
         operator, is_nsd = state
         return (operator.transpose(), is_nsd), transpose_options(options)
 

@@ -33,9 +33,6 @@ class System(eqx.Module):
     - `split`: `(x, residual) -> (apply(x, residual), N x)` through the same one
         `mv`, where the system can give `N x` apart from the residual (the plain
         system); `None` where it cannot (see `apply_split`).
-    - `copies_compile_once`: whether copies of `apply` compile as one (see
-        `compiles_once`): a solver may then call it at several sites, as lineax's
-        do, rather than through one slot.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -43,7 +40,6 @@ class System(eqx.Module):
     offset: Array | None
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
-    copies_compile_once: bool = eqx.field(static=True, default=False)
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -116,14 +112,10 @@ class System(eqx.Module):
 
 
 def plain_system(
-    operator: lx.AbstractLinearOperator,
-    vector: PyTree[Array],
-    y0: PyTree | None,
-    copies_compile_once: bool = False,
+    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
     """The system `A y = b`, and the flat starting point. (`N` is `A`; the
-    operator is square for every solver but `LSMR`.) `copies_compile_once`: see
-    `System`."""
+    operator is square for every solver but `LSMR`.)"""
     dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
     flat = Flattener(operator.in_structure(), dtype)
     out_flat = Flattener(operator.out_structure(), dtype)
@@ -138,14 +130,7 @@ def plain_system(
         return split(x, residual)[0]
 
     y0_flat = jnp.zeros(flat.size, dtype) if y0 is None else flat.ravel(y0)
-    system = System(
-        apply=apply,
-        rhs=b,
-        offset=None,
-        flat=flat,
-        split=split,
-        copies_compile_once=copies_compile_once,
-    )
+    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
     return system, y0_flat
 
 
