@@ -156,11 +156,15 @@ def read_rate(working_set: float, model: CostModel) -> float:
     return model.bytes_per_second
 
 
+def mv_read_rate(o: Observation, model: CostModel) -> float:
+    """Bytes per second at which an `mv` reads what it touches: the cache's rate
+    when the operator's arrays and one `mv`'s intermediates fit in it."""
+    return read_rate(o.operator_bytes + _workspace(o), model)
+
+
 def mv_run(o: Observation, model: CostModel) -> float:
-    """Seconds to run one `mv`: bound by flops or by memory traffic (at the cache's
-    rate when the operator's arrays and one `mv`'s intermediates fit in it)."""
-    rate = read_rate(o.operator_bytes + _workspace(o), model)
-    return max(o.mv_flops / model.flops_per_second, o.mv_bytes / rate)
+    """Seconds to run one `mv`: bound by flops or by memory traffic."""
+    return max(o.mv_flops / model.flops_per_second, o.mv_bytes / mv_read_rate(o, model))
 
 
 def _estimate(
@@ -193,7 +197,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
             reads = runs / k
             roll_run = max(
                 runs * o.mv_flops / model.flops_per_second,
-                reads * o.mv_bytes / model.bytes_per_second,
+                reads * o.mv_bytes / mv_read_rate(o, model),
             )
             roll_copy = batched_copy
         else:
@@ -226,7 +230,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
     else:
         build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
             o.in_size / chunk
-        ) * (o.mv_bytes / model.bytes_per_second)
+        ) * (o.mv_bytes / mv_read_rate(o, model))
         apply = runs * o.matrix_bytes / read_rate(o.matrix_bytes, model)
         out.append(
             _estimate(
