@@ -54,6 +54,8 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.solvers --solvers gmres,lsmr,normal,minres \
 		--repeats 1 $(BENCH_FLAGS) --out $(BENCH_OUT)/solvers-others
 	$(BIN)/python -m benchmarks.auto $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.replay --grid $(BENCH_OUT)/auto.json \
+		--out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.batch $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.autosolver $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.program $(BENCH_FLAGS) --out $(BENCH_OUT)
