@@ -127,3 +127,28 @@ def test_a_solve_decided_in_init_is_read_back_from_a_reused_trace(monkeypatch):
     assert shared_context() == before
     assert sites[0] == sites[1]
     assert all("test_shared_context.py" in site for site in sites[0]), sites
+
+
+def test_a_materialised_solve_is_read_back_from_a_reused_trace():
+    # A solve decided `Materialise` in `init` carries its record on the built
+    # matrix operator's pinned policy.
+    matrix = jnp.asarray(np.eye(N) * 3.0 + 0.1)
+    policy = lxd.Auto(runs=1, cost_model=lxd.CostModel(compile_per_dot=10.0))
+    operator = lxd.FunctionLinearOperator(
+        lambda x: matrix @ x,
+        jax.ShapeDtypeStruct((N,), jnp.float64),
+        lx.positive_semidefinite_tag,
+        closure_convert=False,
+        policy=policy,
+    )
+    solver = lxd.CG(1e-10, 1e-10)
+    b = jnp.arange(1.0, N + 1.0)
+    before = shared_context()
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
+        np.testing.assert_allclose(
+            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
+        )
+        (decision,) = f.decisions(b).values()
+        assert decision.strategy == "Materialise"
+    assert shared_context() == before
