@@ -97,6 +97,22 @@ def test_a_failed_trace_retires_the_shared_context():
     assert shared_context() == after
 
 
+def _two_solving_programs(operator, matrix, solver, b, strategy: str) -> list:
+    """Two `lxd.jit` programs solving `operator` (the second reusing the first's
+    trace of lineax's `linear_solve`), each checked: its answer and its one
+    decision, `strategy`."""
+    programs = []
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
+        np.testing.assert_allclose(
+            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
+        )
+        (decision,) = f.decisions(b).values()
+        assert decision.strategy == strategy
+        programs.append(f)
+    return programs
+
+
 def test_a_solve_decided_in_init_is_read_back_from_a_reused_trace(monkeypatch):
     # The decision rides on the solve's operator (its pinned policy): a program
     # whose solve reuses an earlier program's trace of lineax's `linear_solve` (no
@@ -114,13 +130,7 @@ def test_a_solve_decided_in_init_is_read_back_from_a_reused_trace(monkeypatch):
     b = jnp.arange(1.0, N + 1.0)
     before = shared_context()
     sites = []
-    for scale in (2.0, 3.0):
-        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
-        np.testing.assert_allclose(
-            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
-        )
-        (decision,) = f.decisions(b).values()
-        assert decision.strategy == "Lazy"
+    for f in _two_solving_programs(operator, matrix, solver, b, "Lazy"):
         (row,) = lxd.explain(f, b).rows
         sites.append(row.sites)
     assert len(made) == 1  # decided once: the later traces reused the first
@@ -144,11 +154,5 @@ def test_a_materialised_solve_is_read_back_from_a_reused_trace():
     solver = lxd.CG(1e-10, 1e-10)
     b = jnp.arange(1.0, N + 1.0)
     before = shared_context()
-    for scale in (2.0, 3.0):
-        f = lxd.jit(lambda b, scale=scale: lx.linear_solve(operator, scale * b, solver))
-        np.testing.assert_allclose(
-            f(b).value, np.linalg.solve(matrix, scale * np.asarray(b)), rtol=1e-8
-        )
-        (decision,) = f.decisions(b).values()
-        assert decision.strategy == "Materialise"
+    _two_solving_programs(operator, matrix, solver, b, "Materialise")
     assert shared_context() == before

@@ -10,22 +10,30 @@ from ._base import AbstractPolicy
 from ._marked import pinned_scope, TraceScope
 
 
-class _ScopeRef:
-    """A trace scope carried by a policy without entering its equality or hash:
-    an operator's structure (its policy is static) must not depend on the trace
-    it was prepared in (optimistix carries a solver's state through `custom_jvp`
-    and loops, whose structures are compared)."""
+class _Unkeyed:
+    """A value a policy carries without entering its equality or hash: every two of
+    one kind compare equal. An operator's structure (its policy is static) must not
+    depend on the trace it was prepared in, nor on which program's record it
+    carries (optimistix carries a solver's state through `custom_jvp` and loops,
+    whose structures are compared; a jit keyed on it must hit for a solve decided
+    alike)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class _ScopeRef(_Unkeyed):
+    """The trace scope a pinned policy applies its policy in."""
 
     __slots__ = ("scope",)
 
     def __init__(self, scope: TraceScope):
         self.scope = scope
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _ScopeRef)
-
-    def __hash__(self) -> int:
-        return hash(_ScopeRef)
 
     def live(self) -> TraceScope | None:
         """The scope while its trace is alive (being traced, its solves being
@@ -33,22 +41,15 @@ class _ScopeRef:
         return self.scope if self.scope.value() is not None else None
 
 
-class _RecordRef:
-    """The record of the decision a pinned policy applies, carried without entering
-    its equality or hash (as `_ScopeRef`): two solves decided alike are the same
-    operator structure, and a later program that reuses the trace of one (a jit
-    cache hit, which runs no `init`) reads the record from its program instead."""
+class _RecordRef(_Unkeyed):
+    """The record of the decision a pinned policy applies: a later program that
+    reuses the trace of its solve (a jit cache hit, which runs no `init`) reads the
+    record from its own program (`carried_solves`)."""
 
     __slots__ = ("record",)
 
     def __init__(self, record: Any):
         self.record = record
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _RecordRef)
-
-    def __hash__(self) -> int:
-        return hash(_RecordRef)
 
 
 class _Pinned(AbstractPolicy):
