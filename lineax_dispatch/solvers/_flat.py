@@ -48,8 +48,13 @@ class Flattener(eqx.Module):
 
     def unravel(self, flat: Shaped[Array, " size"]) -> PyTree[Array]:
         leaves, treedef = self.structure
-        sizes = np.cumsum([math.prod(x.shape) for x in leaves[:-1]]).tolist()
-        pieces = jnp.split(flat, sizes) if leaves else []
+        if len(leaves) == 1:
+            # One leaf: no split to trace (an equation and a `jnp.split` call at
+            # each of a solver's unravels, traced again at lowering).
+            pieces = [flat]
+        else:
+            sizes = np.cumsum([math.prod(x.shape) for x in leaves[:-1]]).tolist()
+            pieces = jnp.split(flat, sizes) if leaves else []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # complex -> real casts of a real leaf
             out = [p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)]
