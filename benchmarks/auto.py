@@ -24,12 +24,15 @@ from benchmarks.auto_report import (
     AUTOS,
     BASELINE,
     FIXED,
+    format_gaps,
     format_results,
     label,
     plot,
     row_score,
     score,
     SCORES,
+    stage_gaps,
+    STAGES,
     summarise,
     TARGET_LINEAX,
     TARGET_MEDIAN,
@@ -238,8 +241,10 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
             t, outputs[variant] = harness.median_trial(got, "total_s", ["total_s"])
             t["run_s"] = median(trial["run_s"] for trial, _ in got)
             t["run_all_s"] = [trial["run_s"] for trial, _ in got]
-            # In round order, for ratios paired by round (`paired_ratio`).
+            # In round order, for ratios paired by round (`paired_ratio`), and each
+            # stage's, for where a gap lies (`stage_gaps`).
             t["compile_total_all_s"] = [trial["compile_total_s"] for trial, _ in got]
+            t["stages_all_s"] = {s: [trial[s] for trial, _ in got] for s in STAGES}
             results[variant] = t
             chose = f"  -> {t['choice']['strategy']}" if variant in AUTOS else ""
             print(f"    {label(row):<30} {variant:<12} total {t['total_s']:8.3f} s  "
@@ -300,10 +305,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = run_grid(args)
     summary, elapsed = summarise(rows), time.perf_counter() - start
     env["load_average_end"] = harness.load_average_now()
-    print(format_results(rows, summary))
+    gaps = stage_gaps(rows)
+    print(format_results(rows, summary) + format_gaps(gaps))
     print(f"total benchmark time: {elapsed:.1f} s; load average at start "
           f"{env['load_average']}, at end {env['load_average_end']}")  # fmt: skip
     payload = dict(environment=env, config=conf, cases=rows, summary=summary)
+    payload["lineax_gaps"] = gaps
     payload.update(total_seconds=elapsed)
     plot_to = lambda path: plot(rows, summary, conf, path)
     harness.write_results(args.out, "auto", payload, plot_to)

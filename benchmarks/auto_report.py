@@ -15,6 +15,8 @@ VARIANTS = FIXED + (BASELINE,) + AUTOS
 SCORES, AUTO_FOR = (1, 100), {1: "Auto1", 100: "Auto"}
 # Auto / best (median, worst); Auto / plain lineax where plain lineax is the best.
 TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX = 1.05, 1.5, 1.05
+# The stages of a measurement (trace to first call), recorded per round.
+STAGES = ("trace_s", "lower_s", "compile_s", "first_call_s")
 
 
 def label(case: dict) -> str:
@@ -82,6 +84,51 @@ def summarise(rows: list[dict]) -> dict:
             ),
         )  # fmt: skip
     return out
+
+
+def stage_gaps(rows: list[dict]) -> list[dict]:
+    """Where plain lineax is the best at some score: by how much each stage of
+    `Lazy` and of the Auto told that score's runs takes longer than plain lineax's,
+    the median over rounds of the difference within a round (milliseconds), and the
+    paired ratio of their scores."""
+    out = []
+    for r in rows:
+        for key in map(str, SCORES):
+            s = r["scores"][key]
+            if s["best"] != BASELINE:
+                continue
+            base = r["results"][BASELINE]
+            for variant in ("Lazy", s["auto"]):
+                got = r["results"].get(variant)
+                if got is None or "stages_all_s" not in got:
+                    continue
+                gaps = {
+                    stage: 1e3 * median(
+                        a - b for a, b in zip(
+                            got["stages_all_s"][stage], base["stages_all_s"][stage]
+                        )
+                    )
+                    for stage in STAGES
+                }  # fmt: skip
+                ratio = paired_ratio(got, base, int(key))
+                out.append(dict(case=label(r), runs=int(key), variant=variant,
+                                gap_ms=gaps, over_lineax_paired=ratio))  # fmt: skip
+    return out
+
+
+def format_gaps(gaps: list[dict]) -> str:
+    """`stage_gaps` as a table (empty where plain lineax is nowhere the best)."""
+    if not gaps:
+        return ""
+    headers = ["case", "runs", "variant", *(s[:-2] for s in STAGES), "/lineax"]
+    cells = [[g["case"], g["runs"], g["variant"],
+              *(f"{g['gap_ms'][s]:+.1f}ms" for s in STAGES),
+              f"{g['over_lineax_paired']:.3f}x"] for g in gaps]  # fmt: skip
+    return (
+        "\nwhere plain lineax is the best: each stage's time over plain lineax's "
+        "(median over rounds of the difference within a round) and the score "
+        "over plain lineax's, paired by round\n" + harness.table(headers, cells)
+    )
 
 
 def format_results(rows: list[dict], summary: dict) -> str:
