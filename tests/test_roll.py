@@ -1,164 +1,28 @@
-"""The `Roll` rewrite of `lxd.jit`: a zoo of programs, each compared with `jax.jit`
-of the same program under jit, grad, jvp and vmap; the rolled program holds one
-copy of the operator's dot products and traces the user's function once."""
+"""The `Roll` rewrite of `lxd.jit`: a zoo of programs (roll_programs.py), each
+compared with `jax.jit` of the same program under jit, grad, jvp and vmap; the
+rolled program holds one copy of the operator's dot products and traces the user's
+function once. The user's own repeated `jax.jit` functions: test_roll_user_jit.py."""
 
-import functools as ft
-
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
-import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
 
-
-N, LAYERS = 6, 3
-_KEYS = jax.random.split(jax.random.key(0), LAYERS)
-_WEIGHTS = [
-    jnp.eye(N) + 0.3 * jax.random.normal(k, (N, N), jnp.float64) / N for k in _KEYS
-]
-
-
-def _chain(x):
-    for w in _WEIGHTS:
-        x = w @ x
-    return x
-
-
-def _operators(policy, counter=None):
-    def fn(x):
-        if counter is not None:
-            counter.append(1)
-        return _chain(x)
-
-    structure = jax.ShapeDtypeStruct((N,), jnp.float64)
-    op = lxd.FunctionLinearOperator(fn, structure, closure_convert=False, policy=policy)
-    other = lxd.MatrixLinearOperator(
-        jnp.arange(N * N, dtype=jnp.float64).reshape(N, N) / N**2, policy=policy
-    )
-    tree = lxd.FunctionLinearOperator(
-        lambda t: {"a": _chain(t["a"]) + t["b"][:N], "b": 2 * t["b"]},
-        {
-            "a": jax.ShapeDtypeStruct((N,), jnp.float64),
-            "b": jax.ShapeDtypeStruct((N + 1,), jnp.float64),
-        },
-        policy=policy,
-    )
-    return op, other, tree
-
-
-def _dependent(ops, x):
-    op = ops[0]
-    for i in range(5):
-        x = op.mv(x * (1.0 + 0.1 * i))
-    return x
-
-
-def _independent(ops, x):
-    op = ops[0]
-    return sum(op.mv(jnp.sin(x) * i) for i in range(4))
-
-
-def _mixed(ops, x):
-    op = ops[0]
-    a = op.mv(x)
-    b = op.mv(jnp.cos(x))
-    c = op.mv(a * b)
-    d = jnp.tanh(c) + a
-    return op.mv(d) - b, c
-
-
-def _two_operators(ops, x):
-    op, other = ops[0], ops[1]
-    for _ in range(3):
-        x = other.mv(op.mv(x)) + 0.5 * x
-    return x
-
-
-def _pytree(ops, x):
-    tree = ops[2]
-    t = {"a": x, "b": jnp.concatenate([x, x[:1]])}
-    for _ in range(3):
-        t = tree.mv(t)
-    return t["a"].sum() * x + t["b"][:N]
-
-
-def _in_scan_and_cond(ops, x):
-    op = ops[0]
-    y = op.mv(x)
-
-    def step(carry, _):
-        return op.mv(carry) * 0.5, None
-
-    z, _ = jax.lax.scan(step, y, None, length=3)
-    w = jax.lax.cond(z.sum() > 0, lambda v: op.mv(v), lambda v: -v, z)
-    return op.mv(w) + y
-
-
-def _with_effects(ops, x):
-    op = ops[0]
-    y = op.mv(x)
-    jax.debug.print("between calls {}", y.sum())
-    y = eqx.error_if(y, ~jnp.all(jnp.isfinite(y)), "not finite")
-    return op.mv(y) + op.mv(2 * y)
-
-
-def _with_solve(ops, x):
-    op = ops[0]
-    b = op.mv(x)
-    dense = lxd.MatrixLinearOperator(
-        jnp.eye(N) * 3 + 0.1, lx.positive_semidefinite_tag, policy=lxd.Lazy()
-    )
-    y = lx.linear_solve(dense, b, lxd.CG(1e-10, 1e-10)).value
-    return op.mv(y) + op.mv(b)
-
-
-ZOO_X = jnp.linspace(0.1, 1.0, N)
-ZOO = {
-    "dependent": _dependent,
-    "independent": _independent,
-    "mixed": _mixed,
-    "two-operators": _two_operators,
-    "pytree": _pytree,
-    "in-scan-and-cond": _in_scan_and_cond,
-    "effects": _with_effects,
-    "solve": _with_solve,
-}
-
-
-def _pair(name):
-    rolled_ops = _operators(lxd.Roll())
-    lazy_ops = _operators(lxd.Lazy())
-    program = ZOO[name]
-    return (
-        lambda x: program(rolled_ops, x),
-        lambda x: program(lazy_ops, x),
-    )
-
-
-def _close(a, b):
-    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
-
-
-# `jax.jit` of these programs fails inside jax's leak report too (an IndexError
-# there, from `eqx.error_if`, which lineax's `throw` uses): no leak check.
-NO_LEAK_CHECK = ("effects", "solve")
-
-
-@ft.cache
-def lazy_reference(name):
-    """`jax.jit` of the zoo's program `name` on `Lazy` operators, at `ZOO_X`
-    (leak-checked where it can be): the reference of every rewrite of it here and
-    in test_program.py, so computed once."""
-    lazy_ops = _operators(lxd.Lazy())
-    f = jax.jit(lambda x: ZOO[name](lazy_ops, x))
-    if name in NO_LEAK_CHECK:
-        return f(ZOO_X)
-    with jax.checking_leaks():
-        return f(ZOO_X)
+from .roll_programs import (
+    _chain,
+    _close,
+    _operators,
+    _pair,
+    LAYERS,
+    lazy_reference,
+    N,
+    NO_LEAK_CHECK,
+    ROLL_MODEL,
+    ZOO,
+    ZOO_X,
+)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -221,12 +85,6 @@ def _loop(op, x, sites):
 
 def _sum(op, x, sites):
     return sum(op.mv(jnp.sin(x) * (i + 1)) for i in range(sites))
-
-
-# A cost model under which Auto rolls whenever it can (for tests).
-ROLL_MODEL = lxd.CostModel(
-    compile_per_dot=10.0, materialise_fixed=1e3, outline_site=1e3
-)
 
 
 @pytest.mark.parametrize("policy", ["Roll", "Auto"])
@@ -403,204 +261,3 @@ def test_the_step_number_stays_unbatched_under_vmap():
     names = _primitive_names(jax.make_jaxpr(jax.vmap(lxd.jit(f)))(xs).jaxpr)
     assert "scan" in names and "cond" in names
     _close(jax.vmap(lxd.jit(f))(xs), jax.jit(jax.vmap(f))(xs))
-
-
-@jax.jit
-def _user_function(x):
-    for i in range(40):
-        x = jnp.sin(x) * (1.0 + 0.001 * i)
-    return x
-
-
-def _nested_dependent(x):
-    for i in range(6):
-        x = _user_function(x) + 0.1 * i
-    return x
-
-
-def _nested_independent(x):
-    return sum(_user_function(x * (i + 1)) for i in range(6))
-
-
-def _tiny(x):
-    return jnp.cos(x)
-
-
-@pytest.mark.parametrize("program", [_nested_dependent, _nested_independent])
-def test_repeated_user_jit_functions_are_rolled(program):
-    """A `jax.jit` function of the user's called at several sites is rolled too:
-    the same results as `jax.jit` (under grad and vmap), one copy of its body."""
-    x = jnp.linspace(0.1, 1.0, N)
-    _close(lxd.jit(program)(x), jax.jit(program)(x))
-    loss = lambda x: program(x).sum()
-    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
-    xs = jnp.stack([x, 2 * x])
-    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
-    sines = lambda lowered: lowered.compile().as_text().count(" sine(")
-    assert sines(jax.jit(program).lower(x)) == 6 * 40
-    assert sines(lxd.jit(program).lower(x)) == 40
-    # A small function is left as it is.
-    small = jax.jit(_tiny)
-    f = lambda x: small(x) + small(2 * x)
-    _close(lxd.jit(f)(x), jax.jit(f)(x))
-
-
-@jax.jit
-def _two_inputs(x, y):
-    for i in range(20):
-        x = jnp.sin(x) * (1.0 + 0.001 * i) + 0.01 * jnp.sum(y)
-    return x
-
-
-_C = jnp.linspace(0.3, 0.9, N + 1)
-
-
-def _fresh_only(x):
-    # The second input of each call is computed from values of before the loop
-    # and the step's literal: computed where it is used, never carried.
-    for i in range(6):
-        x = _two_inputs(x, jnp.cos(_C) * (i + 1))
-    return x
-
-
-def _fresh_also_read(x):
-    # The same input, also read by the code after the call: it stays carried.
-    for i in range(6):
-        y = jnp.cos(_C) * (i + 1)
-        x = _two_inputs(x, y) + y[:N]
-    return x
-
-
-def _fresh_with_effect(x):
-    # An effect between the calls stays where it is, in order.
-    for i in range(4):
-        y = jnp.cos(_C) * (i + 1)
-        jax.debug.print("step {i}", i=i)
-        x = _two_inputs(x, y)
-    return x
-
-
-def _fresh_read_after(x):
-    # The last call's input is also read after the loop: it stays carried.
-    for i in range(5):
-        y = jnp.sin(_C) * i
-        x = _two_inputs(x, y)
-    return x + y[:N]
-
-
-@pytest.mark.parametrize(
-    "program",
-    [_fresh_only, _fresh_also_read, _fresh_with_effect, _fresh_read_after],
-)
-def test_inputs_computed_from_before_the_loop_are_not_carried(program, capfd):
-    """A call's input computed between two calls only from values of before the
-    loop (and the step's literals) is computed at the start of the step that reads
-    it: the loop carries no value of its shape, and the results (under grad, jvp
-    and vmap) and effects are `jax.jit`'s."""
-    x = jnp.linspace(0.1, 1.0, N)
-    _close(lxd.jit(program)(x), jax.jit(program)(x))
-    loss = lambda x: program(x).sum()
-    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
-    _close(
-        jax.jvp(lxd.jit(program), (x,), (jnp.cos(x),)),
-        jax.jvp(program, (x,), (jnp.cos(x),)),
-    )
-    xs = jnp.stack([x, 2 * x])
-    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
-    if program is _fresh_with_effect:
-        capfd.readouterr()
-        jax.block_until_ready(lxd.jit(program)(x + 1))
-        printed = capfd.readouterr().out.split("\n")
-        assert [p for p in printed if p] == [f"step {i}" for i in range(4)]
-    (scan,) = [
-        e
-        for e in jax.make_jaxpr(lxd.jit(program))(x).eqns[0].params["jaxpr"].eqns
-        if e.primitive.name == "scan"
-    ]
-    carried = scan.params["num_carry"]
-    shapes = [v.aval.shape for v in scan.invars[scan.params["num_consts"] :]][:carried]
-    fresh = program in (_fresh_only, _fresh_with_effect)
-    assert ((N + 1,) in shapes) == (not fresh)
-
-
-def _from_before(x):
-    """The carried sum starts from a value computed before the first call."""
-    total = jnp.cos(x)
-    for i in range(5):
-        total = total + _user_function(x * (i + 1))
-    return total
-
-
-def _heavy_next(x):
-    """The code computing the next input is a matrix product that the program does
-    not run after the last call: the last step does not run it either."""
-    for _ in range(4):
-        x = _user_function(_WEIGHTS[0] @ x)
-    return x
-
-
-def _counted(calls):
-    def record(v):
-        calls.append(float(v))
-
-    def effects_between(x):
-        """An effect after every call, the last included: it joins the loop."""
-        for i in range(4):
-            x = _user_function(x) * (1.0 + 0.1 * i)
-            jax.debug.callback(record, x.sum(), ordered=True)
-        return x
-
-    def effects_in_next(x):
-        """An effect in the code computing the next input: not run once more."""
-        total = 0.0
-        y = x
-        for i in range(4):
-            total = total + _user_function(y)
-            y = x * (i + 2.0)
-            jax.debug.callback(record, y.sum(), ordered=True)
-        return total
-
-    return effects_between, effects_in_next
-
-
-@pytest.mark.parametrize("which", ["from_before", "heavy_next", "between", "next"])
-def test_first_and_last_steps_join_the_loop_only_where_equivalent(which):
-    """The first step's carried start and the last step's extra code (see
-    `test_unrolled_loops_share_one_branch`) give `jax.jit`'s results under jit,
-    grad, jvp and vmap, and effects run as often, in the same order."""
-    calls_jit, calls_lxd = [], []
-    pick = {"from_before": 0, "heavy_next": 1, "between": 2, "next": 3}[which]
-    programs = [
-        (_from_before, _from_before),
-        (_heavy_next, _heavy_next),
-        (_counted(calls_jit)[0], _counted(calls_lxd)[0]),
-        (_counted(calls_jit)[1], _counted(calls_lxd)[1]),
-    ]
-    reference, program = programs[pick]
-    x = jnp.linspace(0.1, 1.0, N)
-    _close(lxd.jit(program)(x), jax.jit(reference)(x))
-    jax.effects_barrier()
-    assert len(calls_lxd) == len(calls_jit)
-    np.testing.assert_allclose(calls_lxd, calls_jit, rtol=1e-12)
-    if which in ("from_before", "heavy_next"):
-        from lineax_dispatch.policies._program import find_groups
-        from lineax_dispatch.policies._roll_plan import plan_roll
-
-        jaxpr = jax.make_jaxpr(program)(x).jaxpr
-        (group,) = [g for g in find_groups(jaxpr).values() if len(g.sites) > 1]
-        plan = plan_roll(jaxpr, group.sites)
-        if which == "from_before":  # one branch; the sum starts from `cos(x)`
-            assert plan.classes == (0,) * 5 and plan.initial[0][0] == "var"
-        else:  # the last step runs no matrix product the program does not
-            assert plan.tail is None and plan.classes == (0, 0, 0, 1)
-        loss = lambda f: lambda x: jnp.sum(f(x) ** 2)
-        _close(
-            jax.grad(lxd.jit(loss(program)))(x), jax.jit(jax.grad(loss(reference)))(x)
-        )
-        _close(
-            lxd.jit(jax.grad(loss(program)))(x), jax.jit(jax.grad(loss(reference)))(x)
-        )
-        t = jnp.cos(x)
-        _close(jax.jvp(lxd.jit(program), (x,), (t,)), jax.jvp(reference, (x,), (t,)))
-        xs = jnp.stack([x, 2 * x])
-        _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(reference))(xs))
