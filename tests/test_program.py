@@ -1,13 +1,14 @@
 """`lxd.jit` with `Auto`: one trace, decisions read from the traced program, the
 program rewritten (rolled, or one matrix for the program, or left inline), and
-`jax.jit`'s results under jit, grad, jvp and vmap on the zoo of test_roll.py."""
+`jax.jit`'s results under jit, grad, jvp and vmap on the zoo of test_roll.py
+(roll_programs.py). How often solves and eager `mv` trace the user's code:
+test_traces.py."""
 
 import functools as ft
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 import pytest
 
@@ -133,94 +134,6 @@ def test_default_auto_traces_once():
     assert len(counter) == 1
 
 
-def _counted(policy, counter, n=8):
-    a = jnp.asarray(np.eye(n) * 3 + 0.1)
-
-    def fn(x):
-        counter.append(1)
-        return a @ x
-
-    structure = jax.ShapeDtypeStruct((n,), jnp.float64)
-    op = lxd.FunctionLinearOperator(
-        fn,
-        structure,
-        lx.positive_semidefinite_tag,
-        closure_convert=False,
-        policy=policy,
-    )
-    counter.clear()  # lineax's shape evaluation at construction
-    return op, a
-
-
-@pytest.mark.parametrize("jit", [jax.jit, lxd.jit], ids=["jax.jit", "lxd.jit"])
-def test_solves_under_auto_trace_the_function_at_most_twice(jit):
-    """lineax traces a solve's operator twice (its primitive's abstract evaluation
-    and its lowering); under Auto every mv of lineax's solvers shares those. Our
-    solvers take the cost of one mv for their decision in `init`, and the
-    primitive's abstract evaluation then shares that trace: twice too, at the
-    first solve and at the next."""
-    solvers = {
-        "lx.CG": lx.CG(1e-10, 1e-10),
-        "lx.GMRES": lx.GMRES(1e-10, 1e-10),
-        "lx.BiCGStab": lx.BiCGStab(1e-10, 1e-10),
-        # Ours decide in `prepare`, one code path for all: a square and a
-        # least-squares solver.
-        "lxd.CG": lxd.CG(1e-10, 1e-10),
-        "lxd.LSMR": lxd.LSMR(1e-10, 1e-10),
-    }
-    b = jnp.arange(1.0, 9.0)
-    for name, solver in solvers.items():
-        counter = []
-        op, a = _counted(lxd.Auto(), counter)
-        f = jit(lambda b: lx.linear_solve(op, b, solver).value)
-        np.testing.assert_allclose(f(b), np.linalg.solve(a, b), rtol=1e-8)
-        assert len(counter) <= 2, name
-        counter.clear()
-        # Lowering traces all there is to trace (no need to compile it too).
-        jit(lambda b: lx.linear_solve(op, 2 * b, solver).value).lower(b)
-        assert len(counter) <= 2, name
-
-
-@pytest.mark.parametrize("policy", [lxd.Auto(), lxd.Lazy(), lxd.Roll()])
-def test_eager_mv_traces_once_for_three_calls(policy):
-    counter = []
-    op, a = _counted(policy, counter)
-    for scale in (1.0, 2.0, 3.0):
-        v = jnp.arange(8.0) * scale
-        np.testing.assert_allclose(op.mv(v), a @ v, rtol=1e-12)
-    assert len(counter) == 1
-
-
-@pytest.mark.parametrize("batch_size", [None, 3])
-def test_eager_materialise_builds_once_per_operator(batch_size):
-    """Eagerly, a Materialise operator builds its matrix at its first `mv` and
-    reuses it (its function never runs again); another operator object builds its
-    own."""
-    runs = []
-    a = jnp.asarray(np.eye(8) * 3 + 0.1)
-
-    def fn(x):
-        jax.debug.callback(lambda: runs.append(1))
-        return a @ x
-
-    def make():
-        structure = jax.ShapeDtypeStruct((8,), jnp.float64)
-        policy = lxd.Materialise(batch_size=batch_size)
-        return lxd.FunctionLinearOperator(fn, structure, policy=policy)
-
-    op = make()
-    for scale in (1.0, 2.0, 3.0):
-        v = jnp.arange(8.0) * scale
-        np.testing.assert_allclose(op.mv(v), a @ v, rtol=1e-12)
-        if scale == 1.0:
-            built = len(runs)
-            assert built > 0
-    assert len(runs) == built
-    other = make()
-    np.testing.assert_allclose(other.mv(jnp.ones(8)), a @ jnp.ones(8), rtol=1e-12)
-    assert len(runs) == 2 * built
-
-
 def test_no_decision_depends_on_earlier_calls():
     """Decisions depend on the program, the operator, the budget and the cost
     model only: not on what was compiled or explained before."""
@@ -296,80 +209,6 @@ def test_nested_static_and_donated():
 
     for k in (2, 3):
         _close(f(jnp.ones(N), k), jax.jit(lambda x: _loop(lazy, x, k))(jnp.ones(N)))
-
-
-@pytest.mark.parametrize(
-    "solver", [lxd.CG(1e-10, 1e-10), lxd.LSMR(1e-10, 1e-10)], ids=["CG", "LSMR"]
-)
-def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
-    """Our solvers build their loops under JAX's default jit-cache context (their
-    `jax.numpy` calls reuse earlier traces) and apply the operator under the
-    program's own: a jitted function of the user's inside a (plain lineax)
-    operator, which may apply `Auto` operators, is traced for every `lxd.jit`
-    program, as the program's other code is, never taken from another's trace."""
-    traces, counter = [], []
-    inner, a = _counted(lxd.Auto(), counter)
-
-    @jax.jit
-    def fn(x):
-        traces.append(1)
-        return inner.mv(x) + x
-
-    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
-    tag = lx.positive_semidefinite_tag
-    outer = lx.FunctionLinearOperator(fn, structure, tag, closure_convert=False)
-    b = jnp.arange(1.0, 9.0)
-    expected = np.linalg.solve(a + np.eye(8), b)
-    for _ in range(2):
-        traces.clear()
-        f = lxd.jit(lambda b: lx.linear_solve(outer, b, solver).value)
-        np.testing.assert_allclose(f(b), expected, rtol=1e-8)
-        assert traces
-
-
-@pytest.mark.parametrize(
-    "solver", [lxd.CG(1e-10, 1e-10), lxd.GMRES(1e-10, 1e-10)], ids=["CG", "GMRES"]
-)
-def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
-    """In the program's trace, a solve's set-up around the loop (the flat system,
-    the starting point, the scale of the right-hand side) is this package's code:
-    built under JAX's default jit-cache context, so its `jax.numpy` calls reuse
-    their traces from earlier programs, while the operator's `mv` (the user's
-    code) runs under the program's own context. The program is then lowered
-    under the caller's context."""
-    from lineax_dispatch.policies._registry import PASS_CONTEXT
-    from lineax_dispatch.solvers import _base
-
-    set_up, user = [], []
-    original = _base.plain_system
-
-    def plain_system(*args, **kwargs):
-        set_up.append(PASS_CONTEXT.value)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(_base, "plain_system", plain_system)
-    a = jnp.asarray(np.eye(8) * 3 + 0.1)
-
-    def fn(x):
-        user.append(PASS_CONTEXT.value)
-        return a @ x
-
-    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
-    op = lx.FunctionLinearOperator(
-        fn, structure, lx.positive_semidefinite_tag, closure_convert=False
-    )
-    user.clear()  # lineax's shape evaluation at construction, outside any program
-    b = jnp.arange(1.0, 9.0)
-    f = lxd.jit(lambda b: lx.linear_solve(op, b, solver).value)
-    f.decisions(b)  # the program's one trace
-    assert set_up and all(value is None for value in set_up)
-    assert user and all(value is not None for value in user)
-    # Lowered under the caller's context (the decisions are fixed by then):
-    # lineax traces its solver again, and everything in it reuses earlier traces.
-    user.clear()
-    f.lower(b)
-    assert user and all(value is None for value in user)
-    np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
 
 
 def test_calls_put_inline_are_spliced_into_the_traced_program():
