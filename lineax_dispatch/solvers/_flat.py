@@ -104,14 +104,15 @@ def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
 
 def select(pred: Array, on_true: Any, on_false: Any) -> Array:
     """`jnp.where(pred, on_true, on_false)` for a scalar `pred` and operands of one
-    shape (a Python number takes the dtype of the other operand), as `lax.select`:
-    `jnp.where` is a jitted function, a call of its own to trace and lower at each
-    use, and a solver's loop body selects a dozen times (traced twice: by the
-    solve and by its lowering)."""
+    shape (a Python or NumPy number takes the dtype of the other operand, as a
+    NumPy constant: `jnp.asarray` would make an array of it at each use while
+    tracing), as `lax.select`: `jnp.where` is a jitted function, a call of its own
+    to trace and lower at each use, and a solver's loop body selects a dozen times
+    (traced twice: by the solve and by its lowering)."""
     if not isinstance(on_true, jax.Array):
-        on_true = jnp.asarray(on_true, jnp.result_type(on_false))
+        on_true = np.asarray(on_true, on_false.dtype)
     if not isinstance(on_false, jax.Array):
-        on_false = jnp.asarray(on_false, jnp.result_type(on_true))
+        on_false = np.asarray(on_false, on_true.dtype)
     return lax.select(pred, on_true, on_false)
 
 
