@@ -10,14 +10,8 @@ from jaxtyping import Array, Bool, PyTree
 from ..operators._structure import structures_match
 from ..policies._registry import own_code
 from ._base import AbstractOneSiteSolver, conj_options, transpose_options
-from ._flat import (
-    flat_mv,
-    Flattener,
-    keep_conj,
-    keep_linearise,
-    result_dtype,
-)
-from ._system import System
+from ._flat import flat_mv, keep_conj, keep_linearise
+from ._system import flatteners, System
 
 
 _NormalState: TypeAlias = Any
@@ -122,9 +116,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         vector: PyTree[Array],
         options: dict[str, Any],
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        dtype = result_dtype(vector, operator.in_structure(), operator.out_structure())
-        x_flat = Flattener(operator.in_structure(), dtype)
-        b_flat = Flattener(operator.out_structure(), dtype)
+        x_flat, b_flat = flatteners(operator, vector)
         adjoint = keep_conj(operator).transpose()
         a_mv = flat_mv(operator, x_flat, b_flat)
         ah_mv = flat_mv(adjoint, b_flat, x_flat)
@@ -160,7 +152,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             m_mv = flat_mv(preconditioner, b_flat, x_flat)
             mh_mv = flat_mv(keep_conj(preconditioner).transpose(), x_flat, b_flat)
             precond = lambda x: m_mv(mh_mv(x))
-        zeros = jnp.zeros(x_flat.size, dtype)
+        zeros = jnp.zeros(x_flat.size, x_flat.dtype)
         y, result, stats = inner.run_system(system, precond, zeros)
         return x_flat.unravel(y), result, stats
 

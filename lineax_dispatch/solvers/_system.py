@@ -111,17 +111,24 @@ class System(eqx.Module):
         )
 
 
+def flatteners(
+    operator: lx.AbstractLinearOperator, vector: PyTree[Array]
+) -> tuple[Flattener, Flattener]:
+    """The flatteners of `operator`'s input and output structures, in the dtype a
+    solve of `operator y = vector` works in. Each structure is asked for once: a
+    lineax `FunctionLinearOperator` looks its output structure up in a cache keyed
+    on its function, ~0.1 ms per ask."""
+    in_structure, out_structure = operator.in_structure(), operator.out_structure()
+    dtype = result_dtype(vector, in_structure, out_structure)
+    return Flattener(in_structure, dtype), Flattener(out_structure, dtype)
+
+
 def plain_system(
     operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
     """The system `A y = b`, and the flat starting point. (`N` is `A`; the
     operator is square for every solver but `LSMR`.)"""
-    # Each asked once: a lineax `FunctionLinearOperator` looks its output
-    # structure up in a cache keyed on its function, ~0.1 ms per ask.
-    in_structure, out_structure = operator.in_structure(), operator.out_structure()
-    dtype = result_dtype(vector, in_structure, out_structure)
-    flat = Flattener(in_structure, dtype)
-    out_flat = Flattener(out_structure, dtype)
+    flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
 
@@ -132,7 +139,7 @@ def plain_system(
     def apply(x: Array, residual: Bool[Array, ""]) -> Array:
         return split(x, residual)[0]
 
-    y0_flat = jnp.zeros(flat.size, dtype) if y0 is None else flat.ravel(y0)
+    y0_flat = jnp.zeros(flat.size, flat.dtype) if y0 is None else flat.ravel(y0)
     system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
     return system, y0_flat
 
