@@ -198,7 +198,9 @@ def _restrict(decision: Decision, allowed: set[str]) -> Decision:
     return decision.with_reason(note, policy, memory_needed=0)
 
 
-def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
+def decide_group(
+    record: AutoRecord, group: Group, jaxpr: Any, arrays: int | None = None
+) -> Decision:
     """The decision for an `Auto` operator kind's call sites in a program.
 
     **Arguments:**
@@ -206,6 +208,8 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     - `record`: the operator kind's record of the trace.
     - `group`: its call sites.
     - `jaxpr`: the program's top level.
+    - `arrays`: how many of the callee's inputs are the operator's arrays
+        (`operator_arrays`), if already known.
 
     **Returns:**
 
@@ -213,7 +217,8 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any) -> Decision:
     """
     operator = record.operator
     top_only = not group.nested
-    arrays = len(group.callee.jaxpr.invars) - _vector_leaves(operator)
+    if arrays is None:
+        arrays = operator_arrays(record, group)
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
     observation = observe(
@@ -248,8 +253,11 @@ def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:
     ]
 
 
-def _vector_leaves(operator: Any) -> int:
-    return len(jtu.tree_leaves(operator.in_structure()))
+def operator_arrays(record: AutoRecord, group: Group) -> int:
+    """How many of the inputs of `group`'s callee are the operator's arrays (the
+    first ones; the others are the leaves of the vector)."""
+    vector_leaves = len(jtu.tree_leaves(record.operator.in_structure()))
+    return len(group.callee.jaxpr.invars) - vector_leaves
 
 
 def plan_program(
@@ -274,11 +282,11 @@ def plan_program(
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
         if record is not None:
-            decision = decide_group(record, group, jaxpr)
+            arrays = operator_arrays(record, group)
+            decision = decide_group(record, group, jaxpr, arrays)
             sites = tuple(equation_site(e) for e in group.equations(jaxpr))
             autos.append(AutoGroup(record, group, decision, sites))
             policy = decision.policy
-            arrays = len(group.callee.jaxpr.invars) - _vector_leaves(record.operator)
             if isinstance(policy, Roll):
                 actions[key] = Action("roll")
             elif isinstance(policy, Materialise):

@@ -18,6 +18,11 @@ def promoted_dtype(*dtypes: Any) -> Any:
     differ is legal under strict promotion too); `float32` for none."""
     if not dtypes:
         return jnp.dtype(jnp.float32)
+    first = jnp.dtype(dtypes[0])
+    if all(jnp.dtype(d) == first for d in dtypes[1:]):
+        # One dtype: its canonical form, as `result_type` gives it (without
+        # entering the configuration's context, which costs more than the rest).
+        return jnp.dtype(jax.dtypes.canonicalize_dtype(first))
     with jax.numpy_dtype_promotion("standard"):
         return jnp.dtype(jnp.result_type(*dtypes))
 
