@@ -214,3 +214,46 @@ def test_first_and_last_steps_join_the_loop_only_where_equivalent(which):
         _close(jax.jvp(lxd.jit(program), (x,), (t,)), jax.jvp(reference, (x,), (t,)))
         xs = jnp.stack([x, 2 * x])
         _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(reference))(xs))
+
+
+@jax.jit
+def _scaled(x, c):
+    for _ in range(40):
+        x = jnp.sin(x) + c
+    return x
+
+
+def _literal_independent(x):
+    # A Python number passed at each site: a literal of the call, differing
+    # between calls (stacked: the calls are independent).
+    return sum(_scaled(x, float(i)) for i in range(1, 4))
+
+
+def _literal_dependent(x):
+    for i in range(4):
+        x = _scaled(x, 0.5 * i)  # rolled
+    return x
+
+
+def _literal_or_variable(x):
+    # A literal at some calls, a traced value at another (a computation of its
+    # own: a Python number is weakly typed, so jax traces the function apart).
+    return _scaled(x, 1.0) + _scaled(x, jnp.sum(x)) + _scaled(x, 2.0)
+
+
+@pytest.mark.parametrize(
+    "program, copies",
+    [(_literal_independent, 1), (_literal_dependent, 1), (_literal_or_variable, 2)],
+)
+def test_call_inputs_that_are_literals(program, copies):
+    """A call input that is a literal at each site (a Python number passed to a
+    jitted function), differing between sites: each site's own value, as under
+    `jax.jit` (under grad and vmap), with one copy of the body per computation."""
+    x = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(program)(x), jax.jit(program)(x))
+    loss = lambda x: program(x).sum()
+    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
+    xs = jnp.stack([x, 2 * x])
+    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
+    sines = lambda lowered: lowered.compile().as_text().count(" sine(")
+    assert sines(lxd.jit(program).lower(x)) == 40 * copies

@@ -118,6 +118,17 @@ def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
     return env
 
 
+def call_with(call: Any, env: dict, varying: Sequence[int], args: Sequence[Any]):
+    """The outputs of the call equation `call` (a list) with its inputs at the
+    positions `varying` given as `args`, the others read from `env` (or their
+    literal): a varying input may be a literal at this call (a Python number
+    passed to a jitted function) and another at the next."""
+    full = [v.val if is_literal(v) else env[v] for v in call.invars]
+    for p, value in zip(varying, args):
+        full[p] = value
+    return bind_equation(call, full)
+
+
 def _step_call(hoisted: Hoisted, env: dict, varying, args) -> list:
     """One step's call with its invariant part already computed: the rest of the
     callee, inline; its outputs as a list."""
@@ -276,12 +287,7 @@ def rolled_function(closed: Any, plan: RollPlan, loop: str = "scan") -> Callable
             args = step_inputs(j, carried_args)
             # The one call site of the computation.
             if hoisted is None:
-                full = [read(outer, v) for v in call.invars]
-                for p, value in zip(varying, args):
-                    full[p] = value
-                local = {v: x for v, x in zip(call.invars, full) if not is_literal(v)}
-                eval_eqns([call], local)
-                values = [local.get(v) for v in call.outvars]
+                values = call_with(call, outer, varying, args)
             else:
                 values = _step_call(hoisted, invariant, varying, args)
             outs = [

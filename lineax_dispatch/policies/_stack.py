@@ -11,7 +11,7 @@ import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 
-from ._roll import eval_eqns, prologue
+from ._roll import call_with, eval_eqns, prologue
 from ._roll_plan import call_group
 from ._roll_steps import is_literal
 
@@ -107,17 +107,13 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
             jnp.stack([jnp.asarray(read(env, c.invars[p])) for c in calls])
             for p in varying
         ]
-        fixed = [read(env, v) for v in call.invars]
 
         def one(*args):
-            full = list(fixed)
-            for p, value in zip(varying, args):
-                full[p] = value
-            local = {v: x for v, x in zip(call.invars, full) if not is_literal(v)}
-            eval_eqns([call], local)  # the one call site of the computation
+            # The one call site of the computation.
+            outs = call_with(call, env, varying, args)
             return [
-                local[v] if not isinstance(v, jex.DropVar) else None
-                for v in call.outvars
+                None if isinstance(v, jex.DropVar) else out
+                for v, out in zip(call.outvars, outs)
             ]
 
         outs = jax.vmap(one)(*stacked)
