@@ -261,3 +261,23 @@ def test_a_spliced_callee_with_constants_is_lowered_from_the_trace():
     assert decision.strategy == "Lazy"
     assert " call @" not in compiled.lower(x).as_text()
     _close(compiled(x), jax.jit(f)(x))
+
+
+def test_outputs_are_those_of_jax_jit():
+    """Python and NumPy numbers in the output come back as `jax.jit` returns them
+    (arrays, weakly typed where Python numbers; also under `vmap`); other non-array
+    leaves, which `jax.jit` rejects, come back as they are."""
+    numbers = lambda x: (2 * x, 3, 2.5, True, None, np.float32(2), {"k": 1j})
+    x = jnp.ones(2)
+    ours, theirs = lxd.jit(numbers)(x), jax.jit(numbers)(x)
+    flat, tree = jax.tree_util.tree_flatten(ours)
+    expected, expected_tree = jax.tree_util.tree_flatten(theirs)
+    assert tree == expected_tree
+    for a, b in zip(flat, expected):
+        assert isinstance(a, jax.Array)
+        assert (a.dtype, a.weak_type) == (b.dtype, b.weak_type)
+        np.testing.assert_array_equal(a, b)
+    pair = lambda x: (x, 3)
+    batched = jax.vmap(lxd.jit(pair))(jnp.ones(2))[1]
+    assert batched.shape == (2,) and batched.weak_type
+    assert lxd.jit(lambda x: (x, "name"))(x)[1] == "name"

@@ -261,3 +261,51 @@ def test_the_step_number_stays_unbatched_under_vmap():
     names = _primitive_names(jax.make_jaxpr(jax.vmap(lxd.jit(f)))(xs).jaxpr)
     assert "scan" in names and "cond" in names
     _close(jax.vmap(lxd.jit(f))(xs), jax.jit(jax.vmap(f))(xs))
+
+
+def test_literals_equal_as_numbers_but_not_bits_are_told_apart():
+    """`0.0` and `-0.0` (equal as numbers) at different steps, between the calls
+    and as a call's input: each step's own, as under `jax.jit`."""
+    op = lxd.MatrixLinearOperator(jnp.eye(3), policy=lxd.Roll())
+
+    def between(x):
+        count = jnp.zeros(3)
+        for c in [0.0, -0.0, 0.0, -0.0, 0.0]:
+            x = op.mv(x)
+            count = count + jnp.signbit(jnp.abs(x) * c).astype(x.dtype)
+        return count
+
+    @jax.jit
+    def g(x, c):
+        for _ in range(40):  # enough equations to be rolled
+            x = jnp.sin(x)
+        return x + jnp.signbit(c)
+
+    as_input = lambda x: g(x, 0.0) + 10 * g(x, -0.0)
+    x = jnp.ones(3)
+    for program in (between, as_input):
+        _close(lxd.jit(program)(x), jax.jit(program)(x))
+    assert float(lxd.jit(between)(x)[0]) == 2.0
+
+
+def test_calls_with_effects_run_in_order_and_are_not_stacked():
+    """Independent calls of a `Roll` operator whose function has an ordered
+    effect: rolled rather than stacked (`vmap` cannot batch an ordered callback),
+    each call's effect run once, in program order, as under `jax.jit`."""
+    from jax.experimental import io_callback
+
+    seen: list[float] = []
+
+    def fn(x):
+        io_callback(lambda s: seen.append(float(s)), None, x.sum(), ordered=True)
+        return 2.0 * x
+
+    structure = jax.ShapeDtypeStruct((3,), jnp.float64)
+    op = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Roll())
+    f = lambda x: op.mv(x) + op.mv(2 * x) + op.mv(3 * x)
+    x = jnp.ones(3)
+    expected = jax.jit(f)(x)
+    assert seen == [3.0, 6.0, 9.0]
+    seen.clear()
+    _close(lxd.jit(f)(x), expected)
+    assert seen == [3.0, 6.0, 9.0]

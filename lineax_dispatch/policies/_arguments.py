@@ -9,7 +9,9 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 
 
 def _is_traced_array(x: Any) -> bool:
@@ -197,15 +199,26 @@ def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:
     )
 
 
+# Outputs that `jax.jit` returns as arrays (weakly typed where Python numbers).
+_NUMBERS = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _number_as_array(x: Any) -> Any:
+    return jnp.asarray(x) if isinstance(x, _NUMBERS) else x
+
+
 class OutputBox:
     """Carries the static half of a traced function's output out of the trace (as
-    `equinox.filter_jit` does), so that non-array outputs come back as they are."""
+    `equinox.filter_jit` does), so that non-array outputs that `jax.jit` rejects
+    (strings, functions...) come back as they are; Python and NumPy numbers are
+    returned as arrays, as `jax.jit` returns them."""
 
     def __init__(self):
         self.static: Any = None
         self.filled = False
 
     def store(self, out: Any) -> Any:
+        out = jtu.tree_map(_number_as_array, out)
         dynamic, static = eqx.partition(out, eqx.is_array)
         self.static, self.filled = static, True
         return dynamic

@@ -311,7 +311,9 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
 
     **Returns:**
 
-    A callable with `fun`'s signature; `.lower(*args)` lowers it and
+    A callable with `fun`'s signature, returning what `jax.jit(fun)` returns
+    (Python and NumPy numbers in the output as arrays; leaves `jax.jit` rejects,
+    such as strings, as they are); `.lower(*args)` lowers it and
     `.decisions(*args)` returns the decisions made for those arguments.
 
     !!! Example

@@ -15,6 +15,7 @@ from ._roll_steps import (
     is_literal,
     layouts,
     plain_aval,
+    same_value,
     Steps,
     stops,
 )
@@ -22,7 +23,7 @@ from ._roll_steps import (
 
 def _same_input(a: Any, b: Any) -> bool:
     if is_literal(a) and is_literal(b):
-        return a.aval == b.aval and np.array_equal(np.asarray(a.val), np.asarray(b.val))
+        return a.aval == b.aval and same_value(a.val, b.val)
     return a is b
 
 
@@ -227,7 +228,7 @@ def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan
             key
             for literals in found[c].values()
             for key, (mine, theirs) in literals.items()
-            if not np.array_equal(np.asarray(mine), np.asarray(theirs))
+            if not same_value(mine, theirs)
         }
         table = {}
         for key in varying_keys:

@@ -15,6 +15,14 @@ def is_literal(v: Any) -> bool:
     return isinstance(v, jex.Literal)
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two literal values are the same bit for bit (`0.0` and `-0.0`
+    differ, as do NaNs of other payloads; a NaN is the same as itself), of one
+    dtype and shape."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 def defined(v: Any) -> bool:
     return not is_literal(v) and not isinstance(v, jex.DropVar)
 
@@ -202,7 +210,10 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
         old = starts.get(unset[b])
         if old is not None and not (
             old[0] == value[0]
-            and (old[1] is value[1] or np.array_equal(old[1], value[1]))
+            and (
+                old[1] is value[1]
+                or (value[0] == "literal" and same_value(old[1], value[1]))
+            )
         ):
             return False
         starts[unset[b]] = value

@@ -37,8 +37,9 @@ class StackPlan:
 
 def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     """The plan for stacking the calls at `sites`, or `None` when a call's input
-    depends on another call's output, when the code between the calls has effects
-    (whose order stacking would change), or when the calls differ in avals.
+    depends on another call's output, when the calls or the code between them
+    have effects (whose order stacking would change, and which `vmap` may not
+    batch: an ordered callback), or when the calls differ in avals.
 
     **Arguments:**
 
@@ -50,7 +51,7 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     A `StackPlan`, or `None`.
     """
     group = call_group(jaxpr, sites)
-    if group is None or not group[2]:
+    if group is None or not group[2] or group[1][0].effects:
         return None
     sites, _, varying = group
     eqns = jaxpr.eqns
