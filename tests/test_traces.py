@@ -173,3 +173,24 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     f.lower(b)
     assert user and all(value is None for value in user)
     np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
+
+
+@pytest.mark.parametrize("policy", [lxd.Lazy(), lxd.Auto(), lxd.Roll()])
+def test_operators_of_static_parts_equal_only_as_numbers_share_no_callee(policy):
+    """Two operators whose static parts are equal as Python numbers but not of one
+    type or the same bits (`1` and `1+0j`; `0.0` and `-0.0`) are two kinds, each
+    with its own compiled `mv`, eagerly and under a jit, as lineax (which caches
+    nothing) traces each afresh."""
+    x0, v = jnp.array([1.0, 2.0]), jnp.ones(2)
+    scale = lambda x, a: x * a
+    sign = lambda x, a: x * jnp.copysign(1.0, a)
+    for fn, first, second in [(scale, 1, 1 + 0j), (sign, 0.0, -0.0)]:
+        pair = (first, second)
+        ours = [lxd.JacobianLinearOperator(fn, x0, a, policy=policy) for a in pair]
+        theirs = [lx.JacobianLinearOperator(fn, x0, a) for a in pair]
+        eager = lambda ops: [op.mv(v) for op in ops]
+        jitted = lambda ops: jax.jit(lambda v: [op.mv(v) for op in ops])(v)
+        for run in (eager, jitted):
+            for a, b in zip(run(ours), run(theirs)):
+                assert a.dtype == b.dtype
+                np.testing.assert_array_equal(a, b)

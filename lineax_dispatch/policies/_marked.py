@@ -15,6 +15,7 @@ from typing import Any
 
 import equinox as eqx
 import lineax as lx
+import numpy as np
 from jaxtyping import PyTree
 
 from .._compat import hashable_partition, root_trace_ref
@@ -60,9 +61,48 @@ class TraceScope(_HashedKey):
     """
 
 
-class _StaticKey(_HashedKey):
+def _exact(leaf: Any) -> Any:
+    """A static leaf as it is compared in a key: numbers by type and bits, which
+    Python's `==` (and `hash`) does not tell apart (`1`, `1.0`, `True` and `1+0j`
+    are equal, as are `0.0` and `-0.0`); anything else as it is."""
+    if isinstance(leaf, float):
+        return (float, leaf.hex())
+    if isinstance(leaf, complex):
+        return (complex, leaf.real.hex(), leaf.imag.hex())
+    if isinstance(leaf, (bool, int)):
+        return (type(leaf), leaf)
+    if isinstance(leaf, np.generic):
+        return (leaf.dtype.str, leaf.tobytes())
+    return leaf
+
+
+class StaticKey(_HashedKey):
     """An operator's static part (functions, jaxprs, structures: slow to hash) as a
-    jit cache key."""
+    cache key: two keys are equal where their static leaves are equal and numbers
+    among them are of one type and the same bits (an operator whose static
+    arguments are `1` and one whose are `1+0j` trace to different programs;
+    lineax, which caches nothing, traces each afresh).
+
+    **Arguments:**
+
+    - `value`: the static part, `(leaves, treedef)` (see `hashable_partition`).
+    """
+
+    def __init__(self, value: Any):
+        leaves, treedef = value
+        self.value = value
+        self._exact = (tuple(_exact(leaf) for leaf in leaves), treedef)
+        self._hash = hash(self._exact)
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other or (
+            type(other) is type(self)
+            and self._hash == other._hash
+            and self._exact == other._exact
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 # The scope a solve's operator is pinned to (see `pinned_scope`).
@@ -169,7 +209,7 @@ def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
     dynamic, static = hashable_partition(
         RawMv(_top_policy_free(operator)), eqx.is_array
     )
-    return dynamic, _StaticKey(static)
+    return dynamic, StaticKey(static)
 
 
 def _top_policy_free(operator: Any) -> Any:

@@ -21,7 +21,7 @@ import jax.tree_util as jtu
 import lineax as lx
 
 from .._compat import current_trace, hashable_partition, traceback_frames
-from ._marked import MARKED_NAME, mv_parts, named_marked
+from ._marked import MARKED_NAME, mv_parts, named_marked, StaticKey
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def operator_key(operator: lx.AbstractLinearOperator) -> Any:
     keys share one outlined callee; decisions are made per key."""
     dynamic, static = hashable_partition(operator, eqx.is_array)
     avals = tuple((tuple(x.shape), str(x.dtype)) for x in jtu.tree_leaves(dynamic))
-    return (static, avals)
+    return (StaticKey(static), avals)
 
 
 def is_leaf_array(x: Any) -> bool:
