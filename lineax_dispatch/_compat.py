@@ -35,6 +35,28 @@ if sentinel is inspect.Parameter.empty:  # pragma: no cover - lineax changed
     )
 
 
+def traced_consts(traced: Any) -> tuple:
+    """The values a `jax.stages.Traced`'s function closes over from the trace it was
+    traced in (tracers of an enclosing trace), which JAX passes as the first inputs
+    of its program (`traced.jaxpr`); `()` where there are none.
+
+    **Arguments:**
+
+    - `traced`: from `jax.jit(...).trace(...)` under a trace.
+
+    **Returns:**
+
+    A tuple of values.
+    """
+    consts = getattr(traced, "_consts", None)
+    if consts is None:  # pragma: no cover - JAX changed
+        raise ImportError(
+            "lineax_dispatch: `jax.stages.Traced` has no `_consts`; update "
+            "`lineax_dispatch/_compat.py` for this JAX version."
+        )
+    return tuple(consts)
+
+
 def current_trace() -> Any:
     """The trace the current code runs under (JAX's evaluation trace eagerly)."""
     return _jax_core.trace_ctx.trace

@@ -106,3 +106,19 @@ def test_bind_equation_and_traceback_frames():
     for eqn_frames in frames:
         assert all(isinstance(f, str) and isinstance(n, int) for f, n in eqn_frames)
         assert (__file__, line) in eqn_frames, eqn_frames
+
+
+def test_traced_consts():
+    """What a jitted function closes over from the trace it is traced in: the first
+    inputs of its program."""
+    from lineax_dispatch._compat import traced_consts
+
+    def outer(m):
+        traced = jax.jit(lambda v: m @ v).trace(jnp.ones(2))
+        (const,) = traced_consts(traced)
+        assert const is m
+        assert len(traced.jaxpr.jaxpr.invars) == 2
+        assert traced_consts(jax.jit(lambda v: 2 * v).trace(jnp.ones(2))) == ()
+        return m
+
+    jax.make_jaxpr(outer)(jnp.eye(2))

@@ -79,3 +79,36 @@ def test_default_model_keeps_cheap_loop_body_sites_inline():
     (decision,) = compiled.decisions(x).values()
     assert decision.strategy == "Lazy"
     assert compiled.lower(x).compile().as_text().count(" dot(") == 3
+
+
+@pytest.mark.parametrize(
+    "policy", [lxd.Outline(), lxd.Auto(runs=1, cost_model=_OUTLINE_MODEL)]
+)
+def test_outlined_functions_closing_over_traced_arrays(policy):
+    """An operator whose function closes over a traced array (built inside the
+    traced function with `closure_convert=False`): its outlined `mv` is handed that
+    array, so that values and gradients with respect to it are lineax's, under
+    `jax.jit`, `lxd.jit`, grad and vmap."""
+    import lineax as lx
+
+    x = jnp.linspace(0.1, 1.0, N)
+
+    def loss(w, module, **policy):
+        fn = lambda v: w @ v + 0.5 * v
+        structure = jax.ShapeDtypeStruct((N,), jnp.float64)
+        op = module.FunctionLinearOperator(
+            fn, structure, closure_convert=False, **policy
+        )
+        y, _ = jax.lax.scan(lambda c, _: (op.mv(c) * 0.5, None), x, None, length=2)
+        return jnp.sum(op.mv(y) ** 2)
+
+    ours = lambda w: loss(w, lxd, policy=policy)
+    theirs = lambda w: loss(w, lx)
+    ws = jnp.stack([_W, 2 * _W])
+    for jit in (jax.jit, lxd.jit):
+        _close(jit(ours)(_W), jax.jit(theirs)(_W))
+        _close(jit(jax.grad(ours))(_W), jax.jit(jax.grad(theirs))(_W))
+        _close(jax.vmap(jit(ours))(ws), jax.jit(jax.vmap(theirs))(ws))
+    if isinstance(policy, lxd.Auto):
+        (decision,) = lxd.jit(ours).decisions(_W).values()
+        assert decision.strategy == "Outline"

@@ -5,23 +5,28 @@ from typing import Any
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
+import jax.extend.core as jex
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._compat import traced_consts
 from ._base import AbstractPolicy, RawMv
-from ._marked import current_scope, TraceScope
+from ._marked import current_scope, inline_mv, mv_parts
 
 
-class _ScopedMv(eqx.Module):
-    """`RawMv` plus the trace it belongs to (a static field, so part of the key)."""
+class JaxprMv(eqx.Module):
+    """A marked call's callee (a `ClosedJaxpr`) as a function of the vector's
+    leaves, its other inputs held: the values its function closes over, then the
+    operator's arrays (as `RawMv` holds its operator). The callee is static: one
+    out-of-line callee per traced `mv` (per operator kind and trace)."""
 
-    raw: RawMv
-    scope: TraceScope = eqx.field(static=True)
+    arrays: tuple
+    callee: Any = eqx.field(static=True)
 
-    def __call__(self, vector: PyTree[Any]) -> PyTree[Any]:
-        return self.raw(vector)
+    def __call__(self, vector: tuple) -> tuple:
+        return tuple(jex.jaxpr_as_fun(self.callee)(*self.arrays, *vector))
 
 
 class _AbstractMv(eqx.Module):
@@ -95,14 +100,25 @@ class Outline(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
-        raw = RawMv(operator)
         scope = current_scope()
         if scope is None:
             # Eager: nothing is compiled for a later call to share; run inline.
-            return raw(vector)
-        scoped = _ScopedMv(raw, scope)
-        abstract = _AbstractMv(operator.out_structure())
-        return eqxi.noinline(scoped, abstract)(vector)
+            return RawMv(operator)(vector)
+        # The operator's `mv` as traced once per kind in this trace (the marked
+        # callee): JAX has converted what its function closes over from the trace
+        # (the tracers a function built with `closure_convert=False` may hold)
+        # into inputs, which the out-of-line call is then given with the
+        # operator's arrays, so that transformations reach them.
+        dynamic, key = mv_parts(operator)
+        traced = inline_mv.trace((key, scope), dynamic, vector)
+        arrays = (*traced_consts(traced), *jtu.tree_leaves(dynamic))
+        mv = JaxprMv(arrays, traced.jaxpr)
+        out_leaves, out_treedef = jtu.tree_flatten(traced.out_info)
+        structure = tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_leaves)
+        leaves = eqxi.noinline(mv, _AbstractMv(structure))(
+            tuple(jtu.tree_leaves(vector))
+        )
+        return jtu.tree_unflatten(out_treedef, list(leaves))
 
 
 Outline.__init__.__doc__ = """**Arguments:** None."""

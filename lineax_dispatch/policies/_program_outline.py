@@ -5,23 +5,11 @@ are. Each site's equation keeps its inputs and outputs; only its callee changes.
 
 from typing import Any
 
-import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.extend.core as jex
 
-from ._outline import _AbstractMv
-
-
-class _JaxprMv(eqx.Module):
-    """A marked call's callee as a function of the vector's leaves, its operator
-    arrays held (as the `Outline` policy's `mv` holds its operator)."""
-
-    arrays: tuple
-    callee: Any = eqx.field(static=True)
-
-    def __call__(self, vector: tuple) -> tuple:
-        return tuple(jex.jaxpr_as_fun(self.callee)(*self.arrays, *vector))
+from ._outline import _AbstractMv, JaxprMv
 
 
 def outlined_callee(callee: Any, arrays: int) -> Any:
@@ -43,7 +31,7 @@ def outlined_callee(callee: Any, arrays: int) -> Any:
     abstract = _AbstractMv(structure)
 
     def outlined(*flat):
-        mv = _JaxprMv(tuple(flat[:arrays]), callee)
+        mv = JaxprMv(tuple(flat[:arrays]), callee)
         return list(eqxi.noinline(mv, abstract)(tuple(flat[arrays:])))
 
     specs = [
