@@ -106,3 +106,25 @@ def test_normal_lsmr_takes_no_preconditioner():
         lx.linear_solve(
             op, jnp.ones(3), lxd.Normal(lxd.LSMR(1e-6, 1e-6)), options=options
         )
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "2"])
+def test_dense_matrix_batch_size(bad):
+    op = lxd.FunctionLinearOperator(jnp.cumsum, jax.ShapeDtypeStruct((4,), jnp.float32))
+    with pytest.raises(ValueError, match=r"dense_matrix\(batch_size=...\)"):
+        lxd.dense_matrix(op, batch_size=bad)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(static_argnums=5), "static_argnums"),
+        (dict(static_argnums=-3), "static_argnums"),
+        (dict(static_argnames="zz"), "argnames"),
+    ],
+)
+def test_jit_static_arguments_the_function_does_not_take(kwargs, message):
+    """Raised when `lxd.jit` is made, as `jax.jit` raises."""
+    with pytest.raises(ValueError, match=message):
+        lxd.jit(lambda a, b: a, **kwargs)
+    assert lxd.jit(lambda a, b: a, static_argnums=1)(1.0, 2.0) == 1.0

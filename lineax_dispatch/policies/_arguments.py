@@ -238,3 +238,19 @@ def check_jit_kwargs(jit_kwargs: dict) -> dict:
     except TypeError as e:
         raise TypeError(f"`lxd.jit` got a keyword `jax.jit` does not take: {e}") from e
     return passed
+
+
+def check_static_arguments(fun: Callable, jit_kwargs: dict) -> None:
+    """Raises `jax.jit`'s error where `static_argnums` or `static_argnames` name an
+    argument `fun` does not take (`jax.jit` checks them against the signature when
+    it is made)."""
+    static = {
+        k: jit_kwargs[k]
+        for k in ("static_argnums", "static_argnames")
+        if jit_kwargs.get(k) is not None
+    }
+    if static:
+        try:
+            jax.jit(fun, **static)
+        except ValueError as e:
+            raise ValueError(f"`lxd.jit`: {e}") from None

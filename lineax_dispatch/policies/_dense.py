@@ -103,6 +103,7 @@ def dense_matrix(
         matrix = lxd.dense_matrix(op, batch_size=2)  # lower triangle of ones
         ```
     """
+    batch_size = check_batch_size(batch_size, name="dense_matrix(batch_size=...)")
     if isinstance(operator, lx.MatrixLinearOperator):
         return operator.matrix
     check_dense_budget(

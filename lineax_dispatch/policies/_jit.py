@@ -11,6 +11,7 @@ from .._compat import current_trace, root_trace_ref, with_jaxpr
 from ._arguments import (
     Arguments,
     check_jit_kwargs,
+    check_static_arguments,
     OutputBox,
     split_arguments,
     StaticSpec,
@@ -140,6 +141,7 @@ class _CompileAware:
         self._fun = fun
         self._jit_kwargs = jit_kwargs
         self._passed = check_jit_kwargs(jit_kwargs)
+        check_static_arguments(fun, jit_kwargs)
         self._spec = StaticSpec(
             fun, jit_kwargs.get("static_argnums"), jit_kwargs.get("static_argnames")
         )
