@@ -48,10 +48,11 @@ def _four_sites(op):
         # Lazy: traced once (one marked call, shared by the 4 call sites) and
         # compiled at each of them (XLA inlines it: see test_roll.py).
         (lxd.Lazy(), 1, 0),
-        # Outline: not traced with the outer program (the shapes of the outlined
-        # call are the operator's output structure), then once to compile the
-        # single outlined callee, shared by all 4 sites, at the first run.
-        (lxd.Outline(), 0, 1),
+        # Outline: traced once with the outer program (its marked callee, shared
+        # by the 4 call sites, whose closed-over values become inputs); the single
+        # outlined callee is compiled from that trace at the first run, without
+        # running the function again.
+        (lxd.Outline(), 1, 0),
     ],
 )
 def test_python_function_runs_per_policy(policy, at_compile, at_first_run):
