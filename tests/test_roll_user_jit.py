@@ -35,16 +35,21 @@ def _tiny(x):
     return jnp.cos(x)
 
 
-@pytest.mark.parametrize("program", [_nested_dependent, _nested_independent])
-def test_repeated_user_jit_functions_are_rolled(program):
-    """A `jax.jit` function of the user's called at several sites is rolled too:
-    the same results as `jax.jit` (under grad and vmap), one copy of its body."""
-    x = jnp.linspace(0.1, 1.0, N)
+def _matches_jax_jit(program, x):
+    """`lxd.jit(program)` gives `jax.jit`'s results, under grad and vmap."""
     _close(lxd.jit(program)(x), jax.jit(program)(x))
     loss = lambda x: program(x).sum()
     _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
     xs = jnp.stack([x, 2 * x])
     _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
+
+
+@pytest.mark.parametrize("program", [_nested_dependent, _nested_independent])
+def test_repeated_user_jit_functions_are_rolled(program):
+    """A `jax.jit` function of the user's called at several sites is rolled too:
+    the same results as `jax.jit` (under grad and vmap), one copy of its body."""
+    x = jnp.linspace(0.1, 1.0, N)
+    _matches_jax_jit(program, x)
     sines = lambda lowered: lowered.compile().as_text().count(" sine(")
     assert sines(jax.jit(program).lower(x)) == 6 * 40
     assert sines(lxd.jit(program).lower(x)) == 40
@@ -250,10 +255,6 @@ def test_call_inputs_that_are_literals(program, copies):
     jitted function), differing between sites: each site's own value, as under
     `jax.jit` (under grad and vmap), with one copy of the body per computation."""
     x = jnp.linspace(0.1, 1.0, N)
-    _close(lxd.jit(program)(x), jax.jit(program)(x))
-    loss = lambda x: program(x).sum()
-    _close(jax.grad(lxd.jit(loss))(x), jax.jit(jax.grad(loss))(x))
-    xs = jnp.stack([x, 2 * x])
-    _close(jax.vmap(lxd.jit(program))(xs), jax.jit(jax.vmap(program))(xs))
+    _matches_jax_jit(program, x)
     sines = lambda lowered: lowered.compile().as_text().count(" sine(")
     assert sines(lxd.jit(program).lower(x)) == 40 * copies
