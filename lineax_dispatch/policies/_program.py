@@ -198,9 +198,7 @@ def _restrict(decision: Decision, allowed: set[str]) -> Decision:
     return decision.with_reason(note, policy, memory_needed=0)
 
 
-def decide_group(
-    record: AutoRecord, group: Group, jaxpr: Any, arrays: int | None = None
-) -> Decision:
+def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> Decision:
     """The decision for an `Auto` operator kind's call sites in a program.
 
     **Arguments:**
@@ -209,7 +207,7 @@ def decide_group(
     - `group`: its call sites.
     - `jaxpr`: the program's top level.
     - `arrays`: how many of the callee's inputs are the operator's arrays
-        (`operator_arrays`), if already known.
+        (`operator_arrays`).
 
     **Returns:**
 
@@ -217,8 +215,6 @@ def decide_group(
     """
     operator = record.operator
     top_only = not group.nested
-    if arrays is None:
-        arrays = operator_arrays(record, group)
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
     observation = observe(
