@@ -128,3 +128,14 @@ def test_jit_static_arguments_the_function_does_not_take(kwargs, message):
     with pytest.raises(ValueError, match=message):
         lxd.jit(lambda a, b: a, **kwargs)
     assert lxd.jit(lambda a, b: a, static_argnums=1)(1.0, 2.0) == 1.0
+
+
+def test_decide_arguments():
+    observation = lxd.observe(
+        lxd.MatrixLinearOperator(jnp.eye(2)), memory_budget=2**20, with_cost=False
+    )
+    with pytest.raises(TypeError, match="`o` of `decide`"):
+        lxd.decide(3)
+    with pytest.raises(TypeError, match="`model` of `decide`"):
+        lxd.decide(observation, model={"flops_per_second": 1.0})
+    assert lxd.decide(observation).strategy == "Lazy"

@@ -275,6 +275,15 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         decision = lxd.decide(observation, lxd.CostModel(compile_per_dot=1e-2))
         ```
     """
+    if not isinstance(o, Observation):
+        raise TypeError(
+            "`o` of `decide` must be an `lxd.Observation` (see `lxd.observe`); got "
+            f"{type(o).__name__}."
+        )
+    if not isinstance(model, CostModel):
+        raise TypeError(
+            f"`model` of `decide` must be an `lxd.CostModel`; got {type(model).__name__}."
+        )
     if o.batch > 1:
         return _decide_batch(o, model)
     if o.explicit:
