@@ -37,6 +37,7 @@ from benchmarks.auto_report import (
     TARGET_LINEAX,
     TARGET_MEDIAN,
     TARGET_WORST,
+    TWIN,
     VARIANTS,
 )
 from benchmarks.harness import SEED
@@ -100,7 +101,10 @@ def make_program(variant: str, data: OperatorData, workload: str, k: int):
     """`(f, params, static)` (`harness.split_program`): `f(params, x)` runs the
     workload with `k` call sites (a Python loop) on a fresh operator over
     `eqx.Partial(new function, *arrays)`, so no cache carries over; solves with
-    `lx.CG` for plain lineax, else `lxd.CG`, with the same arguments."""
+    `lx.CG` for plain lineax (and its twin), else `lxd.CG`, with the same
+    arguments."""
+    if variant == TWIN:
+        variant = BASELINE
     if data.kind == "cheap":
         fn = lambda matrix, x: matrix @ x
     elif workload == "mv":
@@ -204,14 +208,17 @@ def skip_reason(variant, n, results, previous, k, k_prev) -> str | None:
     return f"lower bounds {why} (from k={k_prev})"
 
 
-def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dict]:
+def run_cell(
+    data: OperatorData, workload: str, sites, repeats: int, twin: bool = False
+) -> list[dict]:
     """All k of one (kind, workload, n), in increasing order; at each k after the
     first the fixed variants best-first (by their total at the previous k). Each
     (case, variant) is measured `repeats` times, interleaved: every round measures
     each variant once (the skips decided in the first), so that a slow spell of the
     machine falls on all of them, every other round in reverse order; the repeat
     with the median total is kept. A cell of small programs (every first total
-    under `SMALL_CELL_S`, trace to first call) gets at least `SMALL_CELL_REPEATS` rounds."""
+    under `SMALL_CELL_S`, trace to first call) gets at least `SMALL_CELL_REPEATS` rounds.
+    With `twin`, plain lineax is measured a second time each round (`TWIN`)."""
     rows, previous, k_prev = [], {}, None
     for k in sites:
         row = dict(kind=data.kind, workload=workload, n=data.n, layers=data.layers, k=k)
@@ -219,7 +226,8 @@ def run_cell(data: OperatorData, workload: str, sites, repeats: int) -> list[dic
         row.update(results=results, skipped=skipped)
         by_total = lambda v: previous.get(v, {}).get("total_s", math.inf)
         measured, trials = [], {}
-        for variant in sorted(FIXED, key=by_total) + [BASELINE, *AUTOS]:
+        extra = [TWIN] if twin else []
+        for variant in sorted(FIXED, key=by_total) + [BASELINE, *AUTOS, *extra]:
             # The first round: the skips read its totals.
             if why := skip_reason(variant, data.n, results, previous, k, k_prev):
                 skipped[variant] = why
@@ -268,7 +276,9 @@ def run_grid(args) -> list[dict]:
             # The first Outline call at a size pays a one-off first touch.
             measure("Outline", data, dict(kind=kind, workload="mv", n=n, k=1))
             for workload in args.workloads:
-                rows += run_cell(data, workload, args.sites, args.repeats)
+                rows += run_cell(
+                    data, workload, args.sites, args.repeats, args.twin
+                )
     return rows
 
 
@@ -285,6 +295,8 @@ def parse_args(argv: Sequence[str] | None = None):
     add("--kinds", type=names(KINDS), default=KINDS, help="cheap,expensive")
     add("--workloads", type=names(WORKLOADS), default=WORKLOADS, help="mv,solve")
     add("--repeats", type=int, default=1, help="repeats per cell (median kept)")
+    add("--twin", action="store_true",
+        help="measure plain lineax twice per round (the spread of identical programs)")
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
     args.n, args.sites = tuple(sorted(set(args.n))), tuple(sorted(set(args.sites)))

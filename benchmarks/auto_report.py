@@ -11,6 +11,10 @@ from benchmarks import harness
 FIXED, BASELINE = ("Lazy", "Outline", "Materialise", "Roll"), "lineax"
 AUTOS = ("Auto1", "Auto")
 VARIANTS = FIXED + (BASELINE,) + AUTOS
+# With `--twin`: plain lineax measured a second time each round, a program identical
+# to the baseline's. Never a candidate for the best; its ratio to the baseline is
+# the spread of identical measurements (`stage_gaps`).
+TWIN = "lineax twin"
 # The scores (compile total + runs x run) and the Auto variant told that many runs.
 SCORES, AUTO_FOR = (1, 100), {1: "Auto1", 100: "Auto"}
 # Auto / best (median, worst); Auto / plain lineax where plain lineax is the best.
@@ -29,14 +33,24 @@ def score(timings: dict, runs: int) -> float:
     return timings["compile_total_s"] + runs * timings["run_s"]
 
 
-def paired_ratio(a: dict, b: dict, runs: int) -> float:
-    """The median over rounds of `a`'s score over `b`'s in the same round (each
-    round's compile total, plus `runs` x the variant's median run): a slow spell
-    of the machine falls on both halves of a ratio, not on one variant's median."""
+def paired_ratios(a: dict, b: dict, runs: int) -> list[float]:
+    """Per round, `a`'s score over `b`'s in the same round (each round's compile
+    total, plus `runs` x the variant's median run)."""
     pairs = zip(a["compile_total_all_s"], b["compile_total_all_s"])
-    return median(
-        (ca + runs * a["run_s"]) / (cb + runs * b["run_s"]) for ca, cb in pairs
-    )
+    return [(ca + runs * a["run_s"]) / (cb + runs * b["run_s"]) for ca, cb in pairs]
+
+
+def paired_ratio(a: dict, b: dict, runs: int) -> float:
+    """The median over rounds of `paired_ratios`: a slow spell of the machine falls
+    on both halves of a ratio, not on one variant's median."""
+    return median(paired_ratios(a, b, runs))
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The lower and upper quartiles of `values` (the middle half lies between)."""
+    ordered = sorted(values)
+    last = len(ordered) - 1
+    return ordered[round(last / 4)], ordered[round(3 * last / 4)]
 
 
 def row_score(results: dict, runs: int) -> dict:
@@ -88,9 +102,10 @@ def summarise(rows: list[dict]) -> dict:
 
 def stage_gaps(rows: list[dict]) -> list[dict]:
     """Where plain lineax is the best at some score: by how much each stage of
-    `Lazy` and of the Auto told that score's runs takes longer than plain lineax's,
-    the median over rounds of the difference within a round (milliseconds), and the
-    paired ratio of their scores."""
+    `Lazy`, of the Auto told that score's runs and of the twin (where measured)
+    takes longer than plain lineax's, the median over rounds of the difference
+    within a round (milliseconds), and the paired ratio of their scores with its
+    quartiles over the rounds."""
     out = []
     for r in rows:
         for key in map(str, SCORES):
@@ -98,7 +113,7 @@ def stage_gaps(rows: list[dict]) -> list[dict]:
             if s["best"] != BASELINE:
                 continue
             base = r["results"][BASELINE]
-            for variant in ("Lazy", s["auto"]):
+            for variant in ("Lazy", s["auto"], TWIN):
                 got = r["results"].get(variant)
                 if got is None:  # skipped at this k
                     continue
@@ -110,9 +125,10 @@ def stage_gaps(rows: list[dict]) -> list[dict]:
                     )
                     for stage in STAGES
                 }  # fmt: skip
-                ratio = paired_ratio(got, base, int(key))
+                ratios = paired_ratios(got, base, int(key))
                 out.append(dict(case=label(r), runs=int(key), variant=variant,
-                                gap_ms=gaps, over_lineax_paired=ratio))  # fmt: skip
+                                gap_ms=gaps, over_lineax_paired=median(ratios),
+                                over_lineax_quartiles=quartiles(ratios)))  # fmt: skip
     return out
 
 
@@ -121,13 +137,18 @@ def format_gaps(gaps: list[dict]) -> str:
     if not gaps:
         return ""
     headers = ["case", "runs", "variant", *(s[:-2] for s in STAGES), "/lineax"]
+    headers.append("quartiles")
     cells = [[g["case"], g["runs"], g["variant"],
               *(f"{g['gap_ms'][s]:+.1f}ms" for s in STAGES),
-              f"{g['over_lineax_paired']:.3f}x"] for g in gaps]  # fmt: skip
+              f"{g['over_lineax_paired']:.3f}x",
+              "{:.3f}-{:.3f}".format(*g["over_lineax_quartiles"])]
+             for g in gaps]  # fmt: skip
     return (
         "\nwhere plain lineax is the best: each stage's time over plain lineax's "
         "(median over rounds of the difference within a round) and the score "
-        "over plain lineax's, paired by round\n" + harness.table(headers, cells)
+        "over plain lineax's, paired by round (median, and the quartiles over the "
+        f"rounds; `{TWIN}`: the same program as plain lineax's, measured again)\n"
+        + harness.table(headers, cells)
     )
 
 
