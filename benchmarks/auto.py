@@ -276,9 +276,7 @@ def run_grid(args) -> list[dict]:
             # The first Outline call at a size pays a one-off first touch.
             measure("Outline", data, dict(kind=kind, workload="mv", n=n, k=1))
             for workload in args.workloads:
-                rows += run_cell(
-                    data, workload, args.sites, args.repeats, args.twin
-                )
+                rows += run_cell(data, workload, args.sites, args.repeats, args.twin)
     return rows
 
 
@@ -295,8 +293,11 @@ def parse_args(argv: Sequence[str] | None = None):
     add("--kinds", type=names(KINDS), default=KINDS, help="cheap,expensive")
     add("--workloads", type=names(WORKLOADS), default=WORKLOADS, help="mv,solve")
     add("--repeats", type=int, default=1, help="repeats per cell (median kept)")
-    add("--twin", action="store_true",
-        help="measure plain lineax twice per round (the spread of identical programs)")
+    add(
+        "--twin",
+        action="store_true",
+        help="measure plain lineax twice per round (the spread of identical programs)",
+    )
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
     args.n, args.sites = tuple(sorted(set(args.n))), tuple(sorted(set(args.sites)))
