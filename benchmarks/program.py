@@ -79,12 +79,13 @@ QUICK = dict(cases=[(128, 8)], ks=[1, 4], repeats=1, small_repeats=1)
 # ------------------------------------------------------------------ cases
 
 
-def _operator(weights, scales, n: int, policy):
-    """The chain as a fresh operator: plain lineax for policy None, else ours."""
+def _operator(weights, scales, n: int, policy, closure_convert: bool = False):
+    """The chain as a fresh operator: plain lineax for policy None, else ours
+    (`closure_convert=True`, lineax's default, only for plain lineax)."""
     fn = eqx.Partial(lambda w, s, x: harness.apply_chain(w, s, x), weights, scales)
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     if policy is None:
-        return lx.FunctionLinearOperator(fn, structure, closure_convert=False)
+        return lx.FunctionLinearOperator(fn, structure, closure_convert=closure_convert)
     return lxd.FunctionLinearOperator(
         fn, structure, closure_convert=False, policy=policy
     )
@@ -173,20 +174,24 @@ def measure(variant: str, pattern: str, layers, n: int, k: int):
 
 
 def eager(layers, n: int, rounds: int = 21) -> dict:
-    """The first call of `op.mv` outside any trace for each variant (plain lineax,
-    ours under `Lazy` and `Auto`), then `rounds` later calls of each and of a
-    jitted `mv`, interleaved (each round calls every variant once, so that a slow
-    spell of the machine falls on all of them): the median of the later calls."""
+    """The first call of `op.mv` outside any trace for each variant (plain lineax
+    as the other variants are built, with `closure_convert=False`; plain lineax
+    built with its defaults, whose eager `mv` evaluates the closure-converted
+    function's jaxpr one operation at a time; ours under `Lazy` and `Auto`), then
+    `rounds` later calls of each and of a jitted `mv`, interleaved (each round
+    calls every variant once, so that a slow spell of the machine falls on all of
+    them): the median of the later calls."""
     weights, scales = layers
     v = jnp.ones(n, jnp.float32)
     calls = {}
     out: dict = {}
-    for variant, policy in (
-        ("lineax", None),
-        ("lxd Lazy", lxd.Lazy()),
-        ("lxd Auto", lxd.Auto()),
+    for variant, policy, convert in (
+        ("lineax", None, False),
+        ("lineax default", None, True),
+        ("lxd Lazy", lxd.Lazy(), False),
+        ("lxd Auto", lxd.Auto(), False),
     ):
-        op = _operator(weights, scales, n, policy)
+        op = _operator(weights, scales, n, policy, convert)
         calls[variant] = lambda op=op: op.mv(v)
         out[variant] = dict(first_s=harness.call_times(calls[variant], 1)[0])
     jitted = eqx.filter_jit(lambda o, v: o.mv(v))
