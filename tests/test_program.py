@@ -281,3 +281,23 @@ def test_outputs_are_those_of_jax_jit():
     batched = jax.vmap(lxd.jit(pair))(jnp.ones(2))[1]
     assert batched.shape == (2,) and batched.weak_type
     assert lxd.jit(lambda x: (x, "name"))(x)[1] == "name"
+
+
+def test_number_arguments_equal_only_as_numbers_trace_apart():
+    """Python numbers are static arguments (as in `equinox.filter_jit`), and the
+    cache tells apart those Python's `==` takes as one: `True`, `1`, `1.0` and
+    `1+0j`, and `0.0` and `-0.0`, each give `jax.jit`'s result, not that of the
+    first traced."""
+    f = lambda x, s: (jnp.asarray(s), 1.0 / (x * s))
+    ours, x = lxd.jit(f), jnp.ones(2)
+    for s in (True, 1, 1.0, 1 + 0j, 0.0, -0.0, np.float32(0.0), np.float32(-0.0)):
+        got, expected = ours(x, s), jax.jit(f)(x, s)
+        for a, b in zip(got, expected):
+            assert (a.dtype, a.weak_type) == (b.dtype, b.weak_type), s
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), s
+    # As keyword and static arguments too.
+    g = lxd.jit(lambda x, *, s: x * s)
+    assert np.signbit(g(x, s=0.0)).tolist() == [False, False]
+    assert np.signbit(g(x, s=-0.0)).tolist() == [True, True]
+    h = lxd.jit(lambda x, s: x * s, static_argnums=1)
+    assert h(x, 1).dtype == x.dtype and jnp.iscomplexobj(h(x, 1 + 0j))

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._marked import exact_leaf
+
 
 def _is_traced_array(x: Any) -> bool:
     return eqx.is_array(x)
@@ -82,6 +84,13 @@ def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, list]:
         static_leaves = tuple(static_leaves)
     dynamic = jtu.tree_unflatten(treedef, dynamic_leaves)
     return dynamic, StaticPart(treedef, static_leaves), arrays
+
+
+def _exact_part(static: StaticPart) -> tuple:
+    """A static part as the cache key compares it: its numbers by type and bits
+    (`True`, `1`, `1.0` and `1+0j` trace to different programs, as do `0.0` and
+    `-0.0`; Python's `==` takes each group as one)."""
+    return static.treedef, tuple(exact_leaf(x) for x in static.leaves)
 
 
 def _abstract(arrays: list) -> tuple:
@@ -190,8 +199,8 @@ def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:
         static_kwargs[name] = static
         arrays += traced
     key = (
-        tuple(static_args),
-        tuple(static_kwargs.items()),
+        tuple(_exact_part(s) for s in static_args),
+        tuple((name, _exact_part(s)) for name, s in static_kwargs.items()),
         _abstract(arrays),
     )
     return Arguments(

@@ -61,7 +61,7 @@ class TraceScope(_HashedKey):
     """
 
 
-def _exact(leaf: Any) -> Any:
+def exact_leaf(leaf: Any) -> Any:
     """A static leaf as it is compared in a key: numbers by type and bits, which
     Python's `==` (and `hash`) does not tell apart (`1`, `1.0`, `True` and `1+0j`
     are equal, as are `0.0` and `-0.0`); anything else as it is."""
@@ -91,7 +91,7 @@ class StaticKey(_HashedKey):
     def __init__(self, value: Any):
         leaves, treedef = value
         self.value = value
-        self._exact = (tuple(_exact(leaf) for leaf in leaves), treedef)
+        self._exact = (tuple(exact_leaf(leaf) for leaf in leaves), treedef)
         self._hash = hash(self._exact)
 
     def __eq__(self, other: Any) -> bool:
