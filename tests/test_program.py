@@ -105,6 +105,36 @@ def test_auto_programs_match_jax_jit(name, model):
     )
 
 
+@pytest.mark.parametrize("name", list(ZOO))
+def test_transformations_inside_lxd_jit_match_jax_jit(name):
+    """`lxd.jit` of grad, jvp and vmap of the zoo's programs, `Auto` deciding to
+    materialise: a transformation's calls of an `Auto` operator's `mv` keep its
+    name but compute something else (a primal with residuals, a transpose, a JVP),
+    and are not decided for as its `mv` (materialising them gave wrong values)."""
+    auto_ops = _operators(lxd.Auto(cost_model=_MODELS["materialise"]))
+    auto = lambda x: ZOO[name](auto_ops, x)
+    compiled = lxd.jit(_transformed(auto, lambda f: f))
+    args = _transformed_args(ZOO_X)
+    _close(compiled(*args), _transformed_lazy_reference(name))
+
+
+def test_an_operator_at_many_sites_and_its_transpose():
+    """A program with plain call sites of an `Auto` operator and transformed ones:
+    the plain ones are decided for (and materialised), the others left as
+    computed, the results those of `jax.jit`."""
+    auto_ops = _operators(lxd.Auto(cost_model=_MODELS["materialise"]))
+    op = auto_ops[0]
+    loss = lambda z: jnp.sum(jnp.sin(op.mv(z)))
+
+    def f(x):
+        return op.mv(x) + op.mv(2 * x), jax.grad(loss)(x), jax.jvp(op.mv, (x,), (x,))
+
+    compiled = lxd.jit(f)
+    _close(compiled(ZOO_X), jax.jit(f)(ZOO_X))
+    strategies = {d.strategy for d in compiled.decisions(ZOO_X).values()}
+    assert strategies == {"Materialise"}
+
+
 def test_an_operator_at_many_sites_is_partitioned_once(monkeypatch):
     """An `Auto` operator applied at 16 sites of an `lxd.jit` program is split into
     its kind key and arrays once (at its first `mv`), not at every site; what that

@@ -156,6 +156,11 @@ class Auto(AbstractPolicy):
             # Traced by `lxd.jit`: a marked call of this operator kind's own, which
             # `lxd.jit` finds in the traced program, decides for and rewrites.
             record, parts = active.apply_parts(operator)
-            return marked_mv(operator, vector, record.call, parts)
+            out = marked_mv(operator, vector, record.call, parts)
+            # The callee just called (jax's cached trace: the equation's own).
+            dynamic, key = parts
+            traced = record.call.trace((key, current_scope()), dynamic, vector)
+            record.note_callee(traced.jaxpr)
+            return out
         # Under a plain `jax.jit`: lineax's behaviour (inlined by XLA).
         return marked_mv(operator, vector, inline_mv)

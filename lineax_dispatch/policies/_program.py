@@ -277,6 +277,14 @@ def plan_program(
     autos: list[AutoGroup] = []
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
+        if record is not None and not record.applies(group.callee):
+            # A call of the operator's name under a transformation (its JVP,
+            # primal with residuals, transpose): not its `mv`, but a repeated
+            # computation like any other.
+            record = None
+            transformed = True
+        else:
+            transformed = False
         if record is not None:
             arrays = operator_arrays(record, group)
             decision = decide_group(record, group, jaxpr, arrays)
@@ -295,8 +303,11 @@ def plan_program(
             continue
         elif group.name == MARKED_NAME:
             actions[key] = Action("roll")  # a `Roll` operator's sites
-        elif not group.name.startswith(MARKED_NAME) and substantial(group.callee):
-            # A repeated function of the user's. (Other marked calls are applied
-            # inline: `Lazy` operators', or another `lxd.jit`'s.)
+        elif (transformed or not group.name.startswith(MARKED_NAME)) and substantial(
+            group.callee
+        ):
+            # A repeated function of the user's, or a transformed `mv` of an
+            # `Auto` operator. (Other marked calls are applied inline: `Lazy`
+            # operators', or another `lxd.jit`'s.)
             actions[key] = Action("roll")
     return actions, autos

@@ -70,13 +70,29 @@ def user_site() -> tuple[str, int]:
 @dataclasses.dataclass
 class AutoRecord:
     """One `Auto` operator kind met while `lxd.jit` traces a program: an example
-    operator (shapes only, for `explain`; its policy), its kind key, and the marked
-    call its `mv`s go through (its equations named `name`)."""
+    operator (shapes only, for `explain`; its policy), its kind key, the marked
+    call its `mv`s go through (its equations named `name`) and the callees of
+    those calls (`ClosedJaxpr`s, one per signature applied).
+
+    Only calls of those callees are the operator's `mv`: a transformation in the
+    program (`jax.grad`, `jax.jvp`, `jax.linearize`) makes calls of the same name
+    whose callees compute something else (a JVP, a primal with residuals, a
+    transpose)."""
 
     name: str
     key: Any
     operator: Any
     call: Any
+    callees: list = dataclasses.field(default_factory=list)
+
+    def note_callee(self, callee: Any) -> None:
+        """Notes `callee` as one of the operator's plain `mv`s."""
+        if not any(c is callee for c in self.callees):
+            self.callees.append(callee)
+
+    def applies(self, callee: Any) -> bool:
+        """Whether `callee` is one of the operator's plain `mv`s (by identity)."""
+        return any(c is callee for c in self.callees)
 
 
 @dataclasses.dataclass
