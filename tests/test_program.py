@@ -331,3 +331,37 @@ def test_number_arguments_equal_only_as_numbers_trace_apart():
     assert np.signbit(g(x, s=-0.0)).tolist() == [True, True]
     h = lxd.jit(lambda x, s: x * s, static_argnums=1)
     assert h(x, 1).dtype == x.dtype and jnp.iscomplexobj(h(x, 1 + 0j))
+
+
+def test_functions_closing_over_an_enclosing_trace():
+    """An `lxd.jit` function called inside another trace (`jax.jit`, `grad`,
+    `vmap`) and closing over its values (tracers, which `jax.jit` passes as its
+    program's first inputs) gives `jax.jit`'s results, with nothing rewritten and
+    with rolled sites; one `lxd.jit` function called in two traces traces for
+    each (it crashed: the program's inputs did not match the call's)."""
+    x = jnp.arange(4.0)
+    op = lxd.MatrixLinearOperator(0.5 * jnp.eye(4), policy=lxd.Roll())
+    bodies = (
+        lambda y: lambda v: jnp.sin(v) * y,
+        lambda y: lambda v: op.mv(op.mv(v) * y),
+    )
+    for body in bodies:
+        for jit in (jax.jit, lxd.jit):
+            outer = lambda y, x, jit=jit: jit(body(y))(x)
+            got = (
+                jax.jit(outer)(2.0, x),
+                jax.grad(lambda y: jnp.sum(outer(y, x)))(2.0),
+                jax.vmap(outer, in_axes=(0, None))(jnp.arange(1.0, 3.0), x),
+            )
+            if jit is jax.jit:
+                expected = got
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    held = {}
+    shared = lxd.jit(lambda v: v * held["y"])
+    # (The dict is emptied before each trace ends: it holds no tracer after it.)
+    first = lambda y: (held.update(y=y), shared(x), held.clear())[1]
+    second = lambda y: (held.update(y=y), shared(x) + 0, held.clear())[1]
+    with jax.checking_leaks():
+        np.testing.assert_allclose(jax.jit(first)(2.0), 2 * x)
+        np.testing.assert_allclose(jax.jit(second)(3.0), 3 * x)

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.extend.core as jex
 
-from .._compat import current_trace, root_trace_ref, with_jaxpr
+from .._compat import current_trace, root_trace_ref, traced_consts, with_jaxpr
 from ._arguments import (
     Arguments,
     check_jit_kwargs,
@@ -55,6 +55,14 @@ def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
     return out
 
 
+def _with_consts(run: Callable, consts: tuple) -> Callable:
+    """`run` (a function of the traced program's inputs) with its first inputs,
+    the values the function closes over from an enclosing trace, given: `jax.jit`
+    puts those first in the program it traces there, and they are not arguments
+    of the call."""
+    return functools.partial(run, *consts) if consts else run
+
+
 class _AsTraced:
     """A program with nothing to rewrite: the trace itself, lowered and compiled
     (once) as `jax.jit` would, without evaluating its jaxpr again."""
@@ -74,7 +82,9 @@ class _AsTraced:
             # Called under a trace (a transformation, an outer jit): the program
             # as a function of its arguments, which the trace then transforms.
             if self._jitted is None:
-                run = jex.jaxpr_as_fun(self._traced.jaxpr)
+                run = _with_consts(
+                    jex.jaxpr_as_fun(self._traced.jaxpr), traced_consts(self._traced)
+                )
                 entry = rolled_entry(run, self._traced.out_tree)
                 self._jitted = jax.jit(entry, **self._jit_kwargs)
             return self._jitted(*args, **kwargs)
@@ -97,6 +107,8 @@ class _Rewritten:
     - `closed`, `actions`: the traced program and the actions it was rewritten
         with (the rewrite is deterministic: the same groups, as a function).
     - `out_tree`, `jit_kwargs`: the output structure and `jax.jit`'s arguments.
+    - `consts`: the values the function closes over from an enclosing trace (the
+        program's first inputs; see `_with_consts`).
     """
 
     def __init__(
@@ -106,7 +118,9 @@ class _Rewritten:
         actions: dict,
         out_tree: Any,
         jit_kwargs: dict[str, Any],
+        consts: tuple = (),
     ):
+        self._consts = consts
         self._runs: dict[str, Any] = {"while": run}
         self._closed = closed
         self._actions = actions
@@ -122,7 +136,7 @@ class _Rewritten:
                 run = rewrite_program(self._closed, self._actions, loop)
                 if not callable(run):  # pragma: no cover - deterministic rewrite
                     raise RuntimeError("the program's rewrites differ.")
-            entry = rolled_entry(run, self._out_tree)
+            entry = rolled_entry(_with_consts(run, self._consts), self._out_tree)
             jitted = self._jitted[loop] = jax.jit(entry, **self._jit_kwargs)
         return jitted
 
@@ -225,14 +239,18 @@ class _CompileAware:
                     run = jex.jaxpr_as_fun(run)
                 else:
                     traced, run = spliced, None
+            consts = traced_consts(traced)
             if run is None:
                 program = _AsTraced(traced, self._passed)
             else:
                 program = _Rewritten(
-                    run, closed, actions, traced.out_tree, self._passed
+                    run, closed, actions, traced.out_tree, self._passed, consts
                 )
             entry = Compiled(program, box, _decisions(active, autos))
-            self._compiled[split.key] = entry
+            # A program closing over another trace's values (its tracers) serves
+            # that trace only: traced again for the next, as `jax.jit` does.
+            if not any(isinstance(c, jax.core.Tracer) for c in consts):
+                self._compiled[split.key] = entry
         return entry
 
     def _run(self, method: str, args, kwargs):
