@@ -138,9 +138,13 @@ def test_jit_static_args_and_grad():
     g = lxd.jit(jax.grad(f), static_argnums=1)
     reference = jax.jit(jax.grad(f), static_argnums=1)
     np.testing.assert_allclose(g(x, 3), reference(x, 3))
-    # A new static value is a new signature: observed and decided afresh.
+    # A new static value is a new signature: observed and decided afresh. (The
+    # gradient's program calls the `mv`'s transpose and its primal with
+    # residuals, not the `mv`: it is decided on the program of `f` itself.)
     np.testing.assert_allclose(g(x, 5), reference(x, 5))
-    (decision,) = g.decisions(x, 5).values()
+    plain = lxd.jit(f, static_argnums=1)
+    np.testing.assert_allclose(plain(x, 3), jax.jit(f, static_argnums=1)(x, 3))
+    (decision,) = plain.decisions(x, 5).values()
     assert any("5 call site(s)" in reason for reason in decision.reasons)
 
 

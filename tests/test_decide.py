@@ -199,3 +199,30 @@ def test_an_operator_that_fits_the_cache_is_read_at_the_cache_rate():
         np.testing.assert_allclose(lazy.run_seconds, 32 * layers["mv_bytes"] / expected)
     assert lxd.decide(_obs(**layers), fits).strategy == "Lazy"
     assert lxd.decide(_obs(**layers), spills).strategy == "Materialise"
+
+
+def test_an_mv_with_effects_or_that_vmap_cannot_batch():
+    """An `mv` with effects runs them where the program applies it: neither a
+    matrix build (on basis vectors) nor an out-of-line call; one `vmap` cannot
+    batch is not materialised, and a block of vectors takes it one at a time."""
+    outline_model = lxd.CostModel(
+        outline_site=0.0, compile_per_site=1.0, materialise_fixed=1e3
+    )
+    assert lxd.decide(_obs(), lxd.CostModel()).strategy == "Materialise"
+    assert lxd.decide(_obs(call_sites=8), outline_model).strategy == "Outline"
+    with_effects = lxd.decide(_obs(mv_effects=True), lxd.CostModel())
+    assert with_effects.strategy == "Lazy"
+    assert any("effects" in reason for reason in with_effects.reasons)
+    assert {e.strategy for e in with_effects.estimates if e.seconds is None} == {
+        "Outline",
+        "Materialise",
+    }
+    assert lxd.decide(_obs(call_sites=8, mv_effects=True), outline_model).strategy == (
+        "Lazy"
+    )
+    unbatchable = lxd.decide(_obs(mv_batchable=False), lxd.CostModel())
+    assert unbatchable.strategy == "Lazy"
+    assert any("pure_callback" in reason for reason in unbatchable.reasons)
+    for flags in (dict(mv_effects=True), dict(mv_batchable=False)):
+        assert lxd.decide(_obs(batch=512, **flags)).strategy == "Scan"
+    assert lxd.decide(_obs(batch=512)).strategy == "Materialise"

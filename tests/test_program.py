@@ -365,3 +365,66 @@ def test_functions_closing_over_an_enclosing_trace():
     with jax.checking_leaks():
         np.testing.assert_allclose(jax.jit(first)(2.0), 2 * x)
         np.testing.assert_allclose(jax.jit(second)(3.0), 3 * x)
+
+
+def _layers(n=8, count=6):
+    keys = jax.random.split(jax.random.key(2), count)
+    return [jax.random.normal(k, (n, n)) / 3 for k in keys]
+
+
+def test_auto_keeps_the_effects_of_an_mv():
+    """An `Auto` operator whose `mv` has an (ordered) effect is neither
+    materialised (its effect ran on the basis vectors) nor outlined (out of
+    order): the effects run as under `jax.jit`, with the same values."""
+    weights = _layers()
+    seen = []
+
+    def fn(v):
+        jax.debug.callback(lambda s: seen.append(float(s)), jnp.sum(v), ordered=True)
+        for w in weights:
+            v = w.T @ (w @ v) * 0.3
+        return v
+
+    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+    op = lxd.FunctionLinearOperator(fn, structure, policy=lxd.Auto(runs=1))
+    top = lambda x: op.mv(op.mv(x) + 1) + op.mv(2 * x)
+    nested = lambda x: jax.lax.fori_loop(0, 2, lambda i, v: op.mv(v), op.mv(x))
+    x = jnp.linspace(0.5, 1.0, 8)
+    for f in (top, nested):
+        runs = []
+        for jit in (jax.jit, lxd.jit):
+            seen.clear()
+            out = jax.block_until_ready(jit(f)(x))
+            jax.effects_barrier()
+            runs.append((out, list(seen)))
+        (expected, expected_seen), (got, got_seen) = runs
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+        np.testing.assert_allclose(got_seen, expected_seen, rtol=1e-12)
+        strategies = {d.strategy for d in lxd.jit(f).decisions(x).values()}
+        assert not strategies & {"Materialise", "Outline"}
+
+
+def test_an_mv_that_vmap_cannot_batch_is_not_stacked_nor_materialised():
+    """An `mv` calling `jax.pure_callback` without a `vmap_method` (valid under
+    `jax.jit`, refused by `vmap`): its independent sites are rolled, not stacked
+    (a `vmap`), and `Auto` does not build its matrix."""
+    weights = [np.asarray(w) for w in _layers()]
+
+    def host(u):
+        for w in weights:
+            u = w.T @ (w @ u) * 0.3
+        return u
+
+    def fn(v):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+
+    structure = jax.ShapeDtypeStruct((8,), jnp.float64)
+    x = jnp.linspace(0.5, 1.0, 8)
+    f_of = lambda op: lambda x: (op.mv(x), op.mv(x + 1), op.mv(2 * x))
+    expected = jax.jit(f_of(lxd.FunctionLinearOperator(fn, structure)))(x)
+    for policy in (lxd.Roll(), lxd.Auto(cost_model=_MODELS["materialise"])):
+        op = lxd.FunctionLinearOperator(fn, structure, policy=policy)
+        compiled = lxd.jit(f_of(op))
+        _close(compiled(x), expected)
+        strategies = {d.strategy for d in compiled.decisions(x).values()}
+        assert "Materialise" not in strategies

@@ -27,6 +27,11 @@ class MvCost(eqx.Module):
     - `workspace`: bytes of every intermediate (what each vector of a batch needs).
     - `source`: where `flops` and `bytes` came from: `"cost_analysis"`, `"jaxpr"`
         or `"estimate"`.
+    - `effects`: whether the `mv` has effects (a `jax.debug.print`, a callback,
+        `eqx.error_if`): they must run where and as often as the program applies
+        it.
+    - `batchable`: whether `vmap` can batch the `mv` (not where it calls
+        `jax.pure_callback` without a `vmap_method`).
     """
 
     flops: float
@@ -36,6 +41,31 @@ class MvCost(eqx.Module):
     constant_bytes: int
     workspace: int
     source: str
+    effects: bool = False
+    batchable: bool = True
+
+
+def batchable(jaxpr: Any) -> bool:
+    """Whether `vmap` can batch `jaxpr`: no `jax.pure_callback` in it (at any
+    depth) without a `vmap_method` (valid under `jax.jit`, refused by `vmap`).
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`.
+
+    **Returns:**
+
+    A bool.
+    """
+    for eqn in jaxpr.eqns:
+        if (
+            eqn.primitive.name == "pure_callback"
+            and eqn.params.get("vmap_method", "unknown") is None
+        ):
+            return False
+        if not all(batchable(sub) for sub in _sub_jaxprs(eqn)):
+            return False
+    return True
 
 
 @dataclasses.dataclass
@@ -123,6 +153,8 @@ def jaxpr_cost(closed: Any) -> MvCost:
         constant_bytes=int(constant_bytes),
         workspace=totals.workspace,
         source="jaxpr",
+        effects=bool(closed.effects),
+        batchable=batchable(closed.jaxpr),
     )
 
 

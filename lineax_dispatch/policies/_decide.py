@@ -211,6 +211,11 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
                 weight,
             )
         )
+    if o.mv_effects:
+        # Its effects run where and as often as the program applies it.
+        out.append(Estimate(Outline()))
+        out.append(Estimate(Materialise()))
+        return tuple(out)
     out.append(
         _estimate(
             Outline(),
@@ -224,7 +229,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
             weight,
         )
     )
-    chunk = build_chunk(o, model)
+    chunk = build_chunk(o, model) if o.mv_batchable else None
     if chunk is None:
         out.append(Estimate(Materialise()))
     else:
@@ -303,10 +308,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     ]
     for e in costs:
         if e.seconds is None:
-            reasons.append(
-                f"{e.strategy} not allowed: it needs {format_bytes(needed)} with a "
-                f"budget of {format_bytes(o.memory_budget)}."
-            )
+            reasons.append(f"{e.strategy} not allowed: {_why_not(o, needed)}")
         else:
             reasons.append(
                 f"{e.strategy}: compile ~{e.compile_seconds:.3g} s + {weight:g} x "
@@ -323,12 +325,28 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     return Decision(best.policy, tuple(reasons), costs, needed)
 
 
+def _why_not(o: Observation, needed: int) -> str:
+    """Why a strategy was not allowed (`estimates` gives it no seconds)."""
+    if o.mv_effects:
+        return "mv has effects, which must run where the program applies it."
+    if not o.mv_batchable:
+        return "vmap cannot batch mv (a jax.pure_callback without a vmap_method)."
+    return f"it needs {format_bytes(needed)} with a budget of " + (
+        f"{format_bytes(o.memory_budget)}."
+    )
+
+
 def _decide_batch(o: Observation, model: CostModel) -> Decision:
     """Many vectors at once: materialise when there are at least as many vectors as
     unknowns and the matrix fits; else all in lockstep if the workspace fits, else
     chunks, else one at a time."""
     per_vector = _workspace(o)
     budget = o.memory_budget
+    if o.mv_effects or not o.mv_batchable:
+        return Decision(
+            Scan(),
+            (f"one vector at a time: {_why_not(o, 0)}",),
+        )
     if not o.explicit and o.batch >= o.in_size:
         chunk = build_chunk(o, model)
         if chunk is not None:

@@ -61,6 +61,13 @@ class Observation(eqx.Module):
     - `explicit`: whether the operator already holds its entries (matrix,
         diagonal...), so that materialising changes nothing.
     - `cost_source`: where the costs came from (`"cost_analysis"`, `"estimate"`).
+    - `mv_effects`: whether `mv` has effects (a `jax.debug.print`, a callback,
+        `eqx.error_if`), which must run where and as often as the program applies
+        it: `Materialise` (a build on basis vectors) and `Outline` are then not
+        allowed.
+    - `mv_batchable`: whether `vmap` can batch `mv` (not where it calls
+        `jax.pure_callback` without a `vmap_method`): a matrix build, and applying
+        a block of vectors in lockstep, need it.
     """
 
     kind: str
@@ -84,6 +91,8 @@ class Observation(eqx.Module):
     mv_workspace: int = 0
     explicit: bool = False
     cost_source: str = "estimate"
+    mv_effects: bool = False
+    mv_batchable: bool = True
 
     @property
     def matrix_bytes(self) -> int:
@@ -180,4 +189,6 @@ def observe(
         mv_workspace=0 if cost is None else int(cost.workspace),
         explicit=explicit,
         cost_source="none" if cost is None else cost.source,
+        mv_effects=cost is not None and cost.effects,
+        mv_batchable=cost is None or cost.batchable,
     )

@@ -11,6 +11,7 @@ import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 
+from ._cost import batchable
 from ._roll import call_with, eval_eqns, prologue
 from ._roll_plan import call_group
 from ._roll_steps import is_literal
@@ -39,7 +40,9 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     """The plan for stacking the calls at `sites`, or `None` when a call's input
     depends on another call's output, when the calls or the code between them
     have effects (whose order stacking would change, and which `vmap` may not
-    batch: an ordered callback), or when the calls differ in avals.
+    batch: an ordered callback), when `vmap` cannot batch the computation (a
+    `jax.pure_callback` without a `vmap_method`), or when the calls differ in
+    avals.
 
     **Arguments:**
 
@@ -52,6 +55,8 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     """
     group = call_group(jaxpr, sites)
     if group is None or not group[2] or group[1][0].effects:
+        return None
+    if not batchable(group[1][0].params["jaxpr"].jaxpr):
         return None
     sites, _, varying = group
     eqns = jaxpr.eqns
