@@ -12,6 +12,7 @@ from equinox._compile_utils import (
 )
 from jax._src import (
     core as _jax_core,
+    lax as _jax_lax,
     source_info_util as _source_info,
     stages as _jax_stages,
 )
@@ -80,6 +81,21 @@ def root_trace_ref() -> "weakref.ref | None":
         if parent is None or isinstance(parent, _jax_core.EvalTrace):
             return trace._weakref
         trace = parent
+
+
+def weakly_typed(x: Any) -> Any:
+    """`x` weakly typed, as a Python number's array is (its dtype kept): what
+    `jax.jit` returns for an output traced weakly typed.
+
+    **Arguments:**
+
+    - `x`: an array or tracer.
+
+    **Returns:**
+
+    An array or tracer.
+    """
+    return _jax_lax.lax._convert_element_type(x, x.dtype, weak_type=True)
 
 
 def bind_equation(eqn: Any, invals: list) -> list:

@@ -258,3 +258,26 @@ def test_call_inputs_that_are_literals(program, copies):
     _matches_jax_jit(program, x)
     sines = lambda lowered: lowered.compile().as_text().count(" sine(")
     assert sines(lxd.jit(program).lower(x)) == 40 * copies
+
+
+def test_weakly_typed_outputs_stay_weak():
+    """An output `jax.jit` returns weakly typed (a Python number's result, here
+    out of a rolled helper) comes back weakly typed, so that later promotion is
+    the same (a float16 operand keeps float16)."""
+
+    @jax.jit
+    def helper(v, s):
+        for _ in range(3):
+            v = jnp.tanh(v @ v.T @ v)
+        return v, s * 2
+
+    def f(x):
+        a, _ = helper(x, 1.0)
+        b, s = helper(a, 2.0)
+        return b, s
+
+    x = jnp.eye(3) * 0.1
+    for ours, theirs in zip(lxd.jit(f)(x), jax.jit(f)(x)):
+        assert (ours.dtype, ours.weak_type) == (theirs.dtype, theirs.weak_type)
+        assert (ours + jnp.float16(1)).dtype == (theirs + jnp.float16(1)).dtype
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)

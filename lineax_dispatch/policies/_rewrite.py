@@ -10,6 +10,7 @@ import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
+from .._compat import weakly_typed
 from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
@@ -60,6 +61,31 @@ def rewrite_program(
 
     A function, a `ClosedJaxpr`, or `None`.
     """
+    run = _rewrite(closed, actions, loop)
+    if callable(run):
+        return keep_weak_types(run, [v.aval for v in closed.jaxpr.outvars])
+    return run
+
+
+def keep_weak_types(run: Callable, out_avals: Sequence[Any]) -> Callable:
+    """`run` (a function returning a program's flat outputs) with each output the
+    traced program had weakly typed weakly typed again: a loop's carry and a
+    stacked call's outputs are strongly typed, where `jax.jit` returns a Python
+    number's result weakly typed (and later promotion differs)."""
+    weak = [getattr(a, "weak_type", False) for a in out_avals]
+    if not any(weak):
+        return run
+
+    def kept(*args):
+        outs = run(*args)
+        return [weakly_typed(x) if w else x for x, w in zip(outs, weak)]
+
+    return kept
+
+
+def _rewrite(
+    closed: Any, actions: dict[Any, Action], loop: str
+) -> Callable | jex.ClosedJaxpr | None:
     run: Callable | None = None
     in_avals = [v.aval for v in closed.jaxpr.invars]
     done: set = set()
