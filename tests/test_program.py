@@ -428,3 +428,40 @@ def test_an_mv_that_vmap_cannot_batch_is_not_stacked_nor_materialised():
         _close(compiled(x), expected)
         strategies = {d.strategy for d in compiled.decisions(x).values()}
         assert "Materialise" not in strategies
+
+
+def test_sites_a_loop_cannot_roll_are_not_decided_rolled():
+    """Call sites between which the program carries a value a loop cannot (a PRNG
+    key) are not reported or decided as `Roll` (the rewrite could not roll them:
+    they ran inline, where `Auto` had estimated a loop); rolling being out of
+    reach, an out-of-line `mv` is among the choices, and the results are
+    `jax.jit`'s."""
+    weights = _layers(16, 10)
+
+    def fn(v):
+        for w in weights:
+            v = w.T @ (w @ v) * 0.1
+        return v
+
+    structure = jax.ShapeDtypeStruct((16,), jnp.float64)
+
+    def program(op):
+        def f(x, key):
+            for _ in range(6):
+                key, sub = jax.random.split(key)
+                x = op.mv(x) + jax.random.normal(sub, (16,))
+            return x
+
+        return f
+
+    x, key = jnp.ones(16), jax.random.key(0)
+    expected = jax.jit(program(lxd.FunctionLinearOperator(fn, structure)))(x, key)
+    for model in (ROLL_MODEL, lxd.CostModel(outline_site=0.0, roll_fixed=1e3)):
+        auto = lxd.Auto(memory_budget=100, cost_model=model)
+        compiled = lxd.jit(
+            program(lxd.FunctionLinearOperator(fn, structure, policy=auto))
+        )
+        _close(compiled(x, key), expected)
+        strategies = {d.strategy for d in compiled.decisions(x, key).values()}
+        assert "Roll" not in strategies
+    assert strategies == {"Outline"}

@@ -18,7 +18,7 @@ from ._materialise import Materialise
 from ._observation import observe
 from ._outline import Outline
 from ._registry import AutoRecord, equation_site, Session
-from ._roll_plan import call_group
+from ._roll_plan import call_group, plan_roll
 from ._roll_policy import Roll
 from ._stack import plan_stack
 
@@ -217,6 +217,9 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
     top_only = not group.nested
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
+    stackable = rollable and plan_stack(jaxpr, group.sites) is not None
+    if rollable and not stackable and plan_roll(jaxpr, group.sites) is None:
+        rollable = False  # a value between the calls a loop cannot carry
     observation = observe(
         operator,
         memory_budget=policy.budget(),
@@ -224,19 +227,20 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         executions=group.executions,
         runs=policy.runs,
         rollable=rollable,
-        stackable=rollable and plan_stack(jaxpr, group.sites) is not None,
+        stackable=stackable,
         cost=jaxpr_cost(group.callee),
         out_structure=out_leaves(group.callee),
     )
     decision = decide(observation, policy.cost_model)
     allowed = {"Lazy"}
-    if top_only and len(group.sites) >= 2:
+    if rollable:
         allowed.add("Roll")
     if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
-    if group.nested and group.call_sites >= 2:
+    if not rollable and group.call_sites >= 2:
         # Where rolling cannot reach (sites in loop bodies, branches, other
-        # calls): one out-of-line `mv` for all of them.
+        # calls, or between which a loop cannot carry a value): one out-of-line
+        # `mv` for all of them.
         allowed.add("Outline")
     return _restrict(decision, allowed)
 
