@@ -465,3 +465,13 @@ def test_sites_a_loop_cannot_roll_are_not_decided_rolled():
         strategies = {d.strategy for d in compiled.decisions(x, key).values()}
         assert "Roll" not in strategies
     assert strategies == {"Outline"}
+
+
+def test_a_numpy_array_changed_in_place_is_a_new_static_argument():
+    """A NumPy array in a static argument is keyed by its contents: changed in
+    place after a call, the next call traces with the new contents."""
+    f = lxd.jit(lambda x, w: x * w, static_argnums=1)
+    w, x = np.ones(3), jnp.ones(3)
+    np.testing.assert_array_equal(f(x, w), np.ones(3))
+    w[:] = 5.0
+    np.testing.assert_array_equal(f(x, w), 5 * np.ones(3))

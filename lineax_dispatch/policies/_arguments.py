@@ -34,7 +34,25 @@ class _ById:
         return isinstance(other, _ById) and other.value is self.value
 
 
+class _ByValue(_ById):
+    """A NumPy array in a static argument, keyed by its contents when it was
+    passed (it may be changed in place later: a program traced with the old
+    contents must not serve the new ones)."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+        self.key = (value.dtype.str, value.shape, value.tobytes())
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _ByValue) and other.key == self.key
+
+
 def _hashable(leaf: Any) -> Any:
+    if isinstance(leaf, np.ndarray):
+        return _ByValue(leaf)
     if eqx.is_array(leaf):
         return _ById(leaf)
     try:
