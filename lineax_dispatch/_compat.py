@@ -12,10 +12,10 @@ from equinox._compile_utils import (
 )
 from jax._src import (
     core as _jax_core,
-    lax as _jax_lax,
     source_info_util as _source_info,
     stages as _jax_stages,
 )
+from jax._src.lax import lax as _jax_lax
 
 
 # `hashable_partition(tree, filter_fn) -> (dynamic leaves, (static leaves, treedef))`
@@ -95,7 +95,12 @@ def weakly_typed(x: Any) -> Any:
 
     An array or tracer.
     """
-    return _jax_lax.lax._convert_element_type(x, x.dtype, weak_type=True)
+    return _jax_lax._convert_element_type(x, x.dtype, weak_type=True)
+
+
+def is_tracer(x: Any) -> bool:
+    """Whether `x` is a tracer (of any trace)."""
+    return isinstance(x, _jax_core.Tracer)
 
 
 def bind_equation(eqn: Any, invals: list) -> list:

@@ -7,7 +7,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.extend.core as jex
 
-from .._compat import current_trace, root_trace_ref, traced_consts, with_jaxpr
+from .._compat import (
+    current_trace,
+    is_tracer,
+    root_trace_ref,
+    traced_consts,
+    with_jaxpr,
+)
 from ._arguments import (
     Arguments,
     check_jit_kwargs,
@@ -249,7 +255,7 @@ class _CompileAware:
             entry = Compiled(program, box, _decisions(active, autos))
             # A program closing over another trace's values (its tracers) serves
             # that trace only: traced again for the next, as `jax.jit` does.
-            if not any(isinstance(c, jax.core.Tracer) for c in consts):
+            if not any(is_tracer(c) for c in consts):
                 self._compiled[split.key] = entry
         return entry
 
