@@ -172,3 +172,37 @@ def test_progress_bar_chunks_from_python(capsys):
     assert "batch_solve" in capsys.readouterr().err
     with pytest.raises(ValueError, match="progress"):
         jax.jit(lambda bs: lxd.batch_solve(op, bs, progress=True).value)(_RHS)
+
+
+def _shift_down(v):
+    return jnp.concatenate([jnp.zeros(1, v.dtype), v[:-1]])
+
+
+@pytest.mark.parametrize(
+    "fn, tags, solver",
+    [
+        (lambda v: jnp.arange(1.0, 6.0) * v, lx.diagonal_tag, lx.Diagonal()),
+        (
+            lambda v: 3 * v - _shift_down(v) - jnp.flip(_shift_down(jnp.flip(v))),
+            lx.tridiagonal_tag,
+            lx.Tridiagonal(),
+        ),
+        (
+            lambda v: v + _shift_down(v),
+            (lx.lower_triangular_tag, lx.unit_diagonal_tag),
+            lx.Triangular(),
+        ),
+    ],
+)
+@pytest.mark.parametrize("policy", [lxd.Materialise(), lxd.Auto()])
+def test_a_materialised_operator_keeps_its_tags(fn, tags, solver, policy):
+    """Materialised for many right-hand sides, a function operator keeps its
+    tags (diagonal, tridiagonal, unit diagonal...), which lineax's structured
+    solvers require."""
+    structure = jax.ShapeDtypeStruct((5,), jnp.float64)
+    vectors = jax.random.normal(jax.random.key(0), (8, 5))
+    plain = lx.FunctionLinearOperator(fn, structure, tags)
+    expected = jax.vmap(lambda b: lx.linear_solve(plain, b, solver).value)(vectors)
+    op = lxd.FunctionLinearOperator(fn, structure, tags, policy=policy)
+    got = lxd.batch_solve(op, vectors, solver).value
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)

@@ -40,12 +40,17 @@ def expected_iterations(max_steps: int | None, size: int) -> int:
     return guess if max_steps is None else max(1, min(max_steps, guess))
 
 
+# Every tag of lineax's, read back from an operator's predicates (a materialised
+# operator keeps them: `lx.Diagonal`, `lx.Tridiagonal`... check them).
 _TAGS = (
     (lx.is_symmetric, lx.symmetric_tag),
-    (lx.is_positive_semidefinite, lx.positive_semidefinite_tag),
-    (lx.is_negative_semidefinite, lx.negative_semidefinite_tag),
+    (lx.is_diagonal, lx.diagonal_tag),
+    (lx.is_tridiagonal, lx.tridiagonal_tag),
     (lx.is_lower_triangular, lx.lower_triangular_tag),
     (lx.is_upper_triangular, lx.upper_triangular_tag),
+    (lx.has_unit_diagonal, lx.unit_diagonal_tag),
+    (lx.is_positive_semidefinite, lx.positive_semidefinite_tag),
+    (lx.is_negative_semidefinite, lx.negative_semidefinite_tag),
 )
 
 
