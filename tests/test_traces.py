@@ -175,6 +175,34 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-8)
 
 
+class _Config:
+    """A user's object in an operator's static part: `__eq__` without `__hash__`
+    (so unhashable)."""
+
+    def __init__(self, c):
+        self.c = c
+
+    def __eq__(self, other):
+        return isinstance(other, _Config) and self.c == other.c
+
+
+@pytest.mark.parametrize("policy", [lxd.Lazy(), lxd.Auto(), lxd.Roll()])
+def test_an_unhashable_static_part_is_keyed_by_identity(policy):
+    """An operator whose static part holds an unhashable object (lineax accepts
+    one) applies eagerly, under `jax.jit` and under `lxd.jit`, as lineax's."""
+    x0, v = jnp.arange(3.0), jnp.ones(3)
+    fn = lambda x, args: jnp.sin(x) * args.c
+    ours = [
+        lxd.JacobianLinearOperator(fn, x0, _Config(c), policy=policy) for c in (2, 3)
+    ]
+    theirs = [lx.JacobianLinearOperator(fn, x0, _Config(c)) for c in (2, 3)]
+    run = lambda ops: [op.mv(v) for op in ops]
+    expected = run(theirs)
+    for got in (run(ours), jax.jit(lambda: run(ours))(), lxd.jit(lambda: run(ours))()):
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
 @pytest.mark.parametrize("policy", [lxd.Lazy(), lxd.Auto(), lxd.Roll()])
 def test_operators_of_static_parts_equal_only_as_numbers_share_no_callee(policy):
     """Two operators whose static parts are equal as Python numbers but not of one

@@ -61,10 +61,28 @@ class TraceScope(_HashedKey):
     """
 
 
+class _Identity:
+    """An unhashable static leaf (a user's object defining `__eq__` only) in a
+    key: by identity, the key holding the object (lineax, which caches nothing,
+    accepts such leaves)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is _Identity and other.value is self.value
+
+
 def exact_leaf(leaf: Any) -> Any:
     """A static leaf as it is compared in a key: numbers by type and bits, which
     Python's `==` (and `hash`) does not tell apart (`1`, `1.0`, `True` and `1+0j`
-    are equal, as are `0.0` and `-0.0`); anything else as it is."""
+    are equal, as are `0.0` and `-0.0`); an unhashable leaf by identity; anything
+    else as it is."""
     if isinstance(leaf, float):
         return (float, leaf.hex())
     if isinstance(leaf, complex):
@@ -73,6 +91,10 @@ def exact_leaf(leaf: Any) -> Any:
         return (type(leaf), leaf)
     if isinstance(leaf, np.generic):
         return (leaf.dtype.str, leaf.tobytes())
+    try:
+        hash(leaf)
+    except TypeError:
+        return _Identity(leaf)
     return leaf
 
 
