@@ -13,28 +13,14 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ._marked import exact_leaf
+from ._marked import ByIdentity, exact_leaf
 
 
 def _is_traced_array(x: Any) -> bool:
     return eqx.is_array(x)
 
 
-class _ById:
-    """A static leaf that cannot be hashed (or an array in a static argument),
-    keyed by identity; the key holds the object, so the identity stays its own."""
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _ById) and other.value is self.value
-
-
-class _ByValue(_ById):
+class _ByValue(ByIdentity):
     """A NumPy array in a static argument, keyed by its contents when it was
     passed (it may be changed in place later: a program traced with the old
     contents must not serve the new ones)."""
@@ -47,23 +33,23 @@ class _ByValue(_ById):
         return hash(self.key)
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _ByValue) and other.key == self.key
+        return type(other) is _ByValue and other.key == self.key
 
 
 def _hashable(leaf: Any) -> Any:
     if isinstance(leaf, np.ndarray):
         return _ByValue(leaf)
     if eqx.is_array(leaf):
-        return _ById(leaf)
+        return ByIdentity(leaf)
     try:
         hash(leaf)
     except TypeError:
-        return _ById(leaf)
+        return ByIdentity(leaf)
     return leaf
 
 
 def _unwrap(leaf: Any) -> Any:
-    return leaf.value if isinstance(leaf, _ById) else leaf
+    return leaf.value if isinstance(leaf, ByIdentity) else leaf
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,10 +61,11 @@ class TraceScope(_HashedKey):
     """
 
 
-class _Identity:
-    """An unhashable static leaf (a user's object defining `__eq__` only) in a
-    key: by identity, the key holding the object (lineax, which caches nothing,
-    accepts such leaves)."""
+class ByIdentity:
+    """A static leaf keyed by identity, the key holding the object (so that the
+    identity stays its own): an unhashable one (a user's object defining `__eq__`
+    only, which lineax, caching nothing, accepts), or an array in `lxd.jit`'s
+    static arguments."""
 
     __slots__ = ("value",)
 
@@ -75,7 +76,7 @@ class _Identity:
         return id(self.value)
 
     def __eq__(self, other: Any) -> bool:
-        return type(other) is _Identity and other.value is self.value
+        return type(other) is type(self) and other.value is self.value
 
 
 def exact_leaf(leaf: Any) -> Any:
@@ -94,7 +95,7 @@ def exact_leaf(leaf: Any) -> Any:
     try:
         hash(leaf)
     except TypeError:
-        return _Identity(leaf)
+        return ByIdentity(leaf)
     return leaf
 
 
