@@ -184,8 +184,28 @@ def test_repeated_solves_of_one_operator_share_one_build(k):
     report = lxd.explain(_solves(op, k), b)
     (row,) = report.rows
     assert row.decision.strategy == "Materialise"
+    assert row.call_sites == k and len(row.sites) == k  # every solve, one line
     # The row reads the cost the decision read (not a dense product's estimate).
     assert row.mv_flops == lxd.policies.mv_cost(reference).flops
     loss = lambda b: jnp.sum(_solves(op, k)(b) ** 2)
     reference_loss = lambda b: jnp.sum(_solves(reference, k)(b) ** 2)
     _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(reference_loss))(b))
+
+
+def test_explain_counts_every_solve_of_one_operator():
+    """k solves of one `Auto` operator share one trace of the solve and one
+    decision: `lxd.explain` reports all k, at each one's line (it reported one
+    solve, at the first line)."""
+    op = _spd_operator(lxd.Auto(), [])
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+
+    def program(b):
+        x1 = lx.linear_solve(op, b, solver).value
+        x2 = lx.linear_solve(op, x1, solver).value
+        x3 = lx.linear_solve(op, x2, solver).value
+        return x3
+
+    (row,) = lxd.explain(program, jnp.ones(N)).rows
+    assert row.call_sites == 3
+    lines = {site.split(" ")[0] for site in row.sites}
+    assert len(lines) == 3, row.sites

@@ -14,6 +14,49 @@ def _has_record(node: Any) -> bool:
     return carried_record(getattr(node, "policy", None)) is not None
 
 
+def _records_of(eqn: Any) -> list[SolveRecord]:
+    """The solve records a `linear_solve` equation's operator carries."""
+    if eqn.primitive.name != "linear_solve" or "treedef" not in eqn.params:
+        return []
+    try:
+        args = jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])
+    except Exception:  # a node of the user's that checks its leaves
+        return []
+    records: dict[int, SolveRecord] = {}
+    for node in jtu.tree_leaves(args, is_leaf=_has_record):
+        record = carried_record(getattr(node, "policy", None))
+        if record is not None:
+            records[id(record)] = record
+    return list(records.values())
+
+
+def _carried(jaxpr: Any) -> list[tuple[SolveRecord, Any]]:
+    """Every `linear_solve` equation of a traced program (at any depth) whose
+    operator carries a solve record, as `(record, top-level equation it is
+    under)`, in program order; a sub-program called at k sites (the jit of
+    `lx.linear_solve`) counts k times, and is read once."""
+    inside: dict[int, list[SolveRecord]] = {}
+
+    def records_in(sub: Any) -> list[SolveRecord]:
+        found = inside.get(id(sub))
+        if found is None:
+            found = []
+            for eqn in sub.eqns:
+                found += _records_of(eqn)
+                for deeper in jex.jaxprs_in_params(eqn.params):
+                    found += records_in(deeper)
+            inside[id(sub)] = found
+        return found
+
+    out: list[tuple[SolveRecord, Any]] = []
+    for eqn in jaxpr.eqns:
+        found = list(_records_of(eqn))
+        for sub in jex.jaxprs_in_params(eqn.params):
+            found += records_in(sub)
+        out.extend((record, eqn) for record in found)
+    return out
+
+
 def carried_solves(jaxpr: Any) -> dict[int, SolveRecord]:
     """The records of the solves decided for `Auto` operators in a traced program,
     read from its `linear_solve` equations (the prepared operator is part of the
@@ -32,36 +75,35 @@ def carried_solves(jaxpr: Any) -> dict[int, SolveRecord]:
     of the equation where that differs).
     """
     found: dict[int, SolveRecord] = {}
-    seen: set[int] = set()
-
-    def walk(sub: Any, top: Any) -> None:
-        if id(sub) in seen:
-            return
-        seen.add(id(sub))
-        for eqn in sub.eqns:
-            outer = eqn if top is None else top
-            if eqn.primitive.name == "linear_solve" and "treedef" in eqn.params:
-                try:
-                    args = jtu.tree_unflatten(
-                        eqn.params["treedef"], eqn.params["static"]
-                    )
-                except Exception:  # a node of the user's that checks its leaves
-                    args = ()
-                for node in jtu.tree_leaves(args, is_leaf=_has_record):
-                    record = carried_record(getattr(node, "policy", None))
-                    if record is None or id(record) in found:
-                        continue
-                    site = equation_site(outer)
-                    found[id(record)] = (
-                        record
-                        if site == record.site
-                        else dataclasses.replace(record, site=site)
-                    )
-            for deeper in jex.jaxprs_in_params(eqn.params):
-                walk(deeper, outer)
-
-    walk(jaxpr, None)
+    for record, outer in _carried(jaxpr):
+        if id(record) in found:
+            continue
+        site = equation_site(outer)
+        found[id(record)] = (
+            record if site == record.site else dataclasses.replace(record, site=site)
+        )
     return found
+
+
+def solve_sites(jaxpr: Any, record: SolveRecord) -> list[tuple[str, int]]:
+    """The user's lines of every solve in a traced program that applies
+    `record`'s decision: k solves of one operator kind share one trace of the
+    solve (and one decision), so one record stands for all of them.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `record`: a solve record of the program (or a copy of one).
+
+    **Returns:**
+
+    A list of `(file, line)`, in program order.
+    """
+    return [
+        equation_site(outer)
+        for carried, outer in _carried(jaxpr)
+        if carried.decision is record.decision
+    ]
 
 
 def add_carried_solves(jaxpr: Any, active: Session) -> None:

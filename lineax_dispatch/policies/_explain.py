@@ -8,6 +8,7 @@ import lineax as lx
 
 from ._auto import Auto
 from ._budget import format_bytes
+from ._carried import solve_sites
 from ._cost import jaxpr_cost
 from ._decision import Decision
 from ._jit import _CompileAware
@@ -205,8 +206,9 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
         )
     fun = fun_or_operator
     compiled = fun if isinstance(fun, _CompileAware) else _CompileAware(fun, {})
-    _, active, _, autos = compiled.analyse(compiled._split(args, kwargs))
-    rows = [
+    stages, active, _, autos = compiled.analyse(compiled._split(args, kwargs))
+    program = stages[-1].jaxpr.jaxpr
+    rows: list[ExplainRow] = [
         _row(
             a.record.operator,
             a.decision,
@@ -218,15 +220,17 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
         )
         for a in autos
     ]
-    rows += [
-        _row(
-            solve.operator,
-            solve.decision,
-            1,
-            solve.executions,
-            [site_text(solve.site)],
-            key=solve.key,
+    for solve in active.solves:
+        # k solves of one operator kind share one decision (and one record).
+        sites = solve_sites(program, solve) or [solve.site]
+        rows.append(
+            _row(
+                solve.operator,
+                solve.decision,
+                len(sites),
+                solve.executions * len(sites),
+                [site_text(site) for site in sites],
+                key=solve.key,
+            )
         )
-        for solve in active.solves
-    ]
     return ExplainReport(tuple(rows), tuple(active.solver_choices))
