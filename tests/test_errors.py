@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
@@ -128,6 +129,28 @@ def test_jit_static_arguments_the_function_does_not_take(kwargs, message):
     with pytest.raises(ValueError, match=message):
         lxd.jit(lambda a, b: a, **kwargs)
     assert lxd.jit(lambda a, b: a, static_argnums=1)(1.0, 2.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(static_argnums="a"),
+        dict(static_argnums=1.5),
+        dict(static_argnums=True),
+        dict(static_argnums=[0, "b"]),
+        dict(static_argnames=3),
+        dict(static_argnames=["b", 1]),
+    ],
+)
+def test_jit_static_arguments_of_the_wrong_type(kwargs):
+    """A `TypeError` naming the argument and what it must be (`jax.jit` says
+    "'str' object cannot be interpreted as an integer")."""
+    (name,) = kwargs
+    with pytest.raises(TypeError, match=rf"lxd.jit\({name}=...\)` must be"):
+        lxd.jit(lambda a, b: a, **kwargs)
+    for good in (dict(static_argnums=(1,)), dict(static_argnums=np.int64(1))):
+        assert lxd.jit(lambda a, b: a, **good)(1.0, 2.0) == 1.0
+    assert lxd.jit(lambda a, b: a, static_argnames=("b",))(1.0, b=2.0) == 1.0
 
 
 def test_decide_arguments():

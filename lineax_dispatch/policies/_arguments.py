@@ -4,6 +4,7 @@ traced, everything else is static (part of the cache key); arguments named by
 
 import dataclasses
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -143,7 +144,7 @@ class StaticSpec:
     """
 
     def __init__(self, fun: Callable, static_argnums: Any, static_argnames: Any):
-        self._nums = _normalise(static_argnums, int)
+        self._nums = tuple(int(n) for n in _normalise(static_argnums, numbers.Integral))
         self._names = _normalise(static_argnames, str)
         self._fun = fun
         self._parameters: list[str] | None = None
@@ -262,6 +263,20 @@ def check_static_arguments(fun: Callable, jit_kwargs: dict) -> None:
         for k in ("static_argnums", "static_argnames")
         if jit_kwargs.get(k) is not None
     }
+    for name, kind, what in (
+        ("static_argnums", numbers.Integral, "an int or a sequence of ints"),
+        ("static_argnames", str, "a str or a sequence of strs"),
+    ):
+        value = static.get(name)
+        if value is None:
+            continue
+        items = (value,) if isinstance(value, (numbers.Integral, str)) else value
+        try:
+            ok = all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
+        except TypeError:  # not iterable
+            ok = False
+        if not ok:
+            raise TypeError(f"`lxd.jit({name}=...)` must be {what}; got {value!r}.")
     if static:
         try:
             jax.jit(fun, **static)
