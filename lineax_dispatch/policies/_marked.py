@@ -82,8 +82,7 @@ class ByIdentity:
 def exact_leaf(leaf: Any) -> Any:
     """A static leaf as it is compared in a key: numbers by type and bits, which
     Python's `==` (and `hash`) does not tell apart (`1`, `1.0`, `True` and `1+0j`
-    are equal, as are `0.0` and `-0.0`); an unhashable leaf by identity; anything
-    else as it is."""
+    are equal, as are `0.0` and `-0.0`); anything else as it is."""
     if isinstance(leaf, float):
         return (float, leaf.hex())
     if isinstance(leaf, complex):
@@ -92,6 +91,10 @@ def exact_leaf(leaf: Any) -> Any:
         return (type(leaf), leaf)
     if isinstance(leaf, np.generic):
         return (leaf.dtype.str, leaf.tobytes())
+    return leaf
+
+
+def _hashable(leaf: Any) -> Any:
     try:
         hash(leaf)
     except TypeError:
@@ -104,7 +107,8 @@ class StaticKey(_HashedKey):
     cache key: two keys are equal where their static leaves are equal and numbers
     among them are of one type and the same bits (an operator whose static
     arguments are `1` and one whose are `1+0j` trace to different programs;
-    lineax, which caches nothing, traces each afresh).
+    lineax, which caches nothing, traces each afresh); an unhashable leaf is
+    compared by identity.
 
     **Arguments:**
 
@@ -114,8 +118,13 @@ class StaticKey(_HashedKey):
     def __init__(self, value: Any):
         leaves, treedef = value
         self.value = value
-        self._exact = (tuple(exact_leaf(leaf) for leaf in leaves), treedef)
-        self._hash = hash(self._exact)
+        exact = (tuple(exact_leaf(leaf) for leaf in leaves), treedef)
+        try:
+            self._hash = hash(exact)
+        except TypeError:  # an unhashable leaf: by identity (found only then)
+            exact = (tuple(_hashable(leaf) for leaf in exact[0]), treedef)
+            self._hash = hash(exact)
+        self._exact = exact
 
     def __eq__(self, other: Any) -> bool:
         return self is other or (

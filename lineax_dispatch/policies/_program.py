@@ -281,14 +281,12 @@ def plan_program(
     autos: list[AutoGroup] = []
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
-        if record is not None and not record.applies(group.callee):
-            # A call of the operator's name under a transformation (its JVP,
-            # primal with residuals, transpose): not its `mv`, but a repeated
-            # computation like any other.
+        # A call of the operator's name under a transformation (its JVP, primal
+        # with residuals, transpose): not its `mv`, but a repeated computation
+        # like any other.
+        transformed = record is not None and not record.applies(group.callee)
+        if transformed:
             record = None
-            transformed = True
-        else:
-            transformed = False
         if record is not None:
             arrays = operator_arrays(record, group)
             decision = decide_group(record, group, jaxpr, arrays)
