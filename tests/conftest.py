@@ -1,6 +1,8 @@
 import gc
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 
@@ -14,12 +16,38 @@ import tempfile
 # a test compares HLO with lineax's both are compiled so). pytest on two cores on
 # this machine: 775 s as is, 521 s with the first, 322 s with both. Set before jax
 # starts its CPU backend; the example and sharding subprocesses inherit them. A
-# setting the caller gave wins. (A jax whose XLA no longer knows a flag stops at
-# start-up naming it.)
+# setting the caller gave wins.
+#
+# An XLA that does not know a flag stops at start-up naming it (jax 0.12's XLA has
+# no `xla_cpu_use_fusion_emitters`), so each flag is first tried in a subprocess,
+# once per run: the controller tries them and its xdist workers inherit the answer.
 _FLAGS = ("xla_backend_optimization_level=0", "xla_cpu_use_fusion_emitters=false")
+_ACCEPTED = "LINEAX_DISPATCH_TEST_XLA_FLAGS"
+
+
+def _accepted(flag: str) -> bool:
+    """Whether this Python's XLA starts with `--flag` in XLA_FLAGS."""
+    env = dict(os.environ, XLA_FLAGS=f"--{flag}", JAX_PLATFORMS="cpu")
+    probe = "import jax; jax.devices()"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+if _ACCEPTED not in os.environ:
+    os.environ[_ACCEPTED] = " ".join(f for f in _FLAGS if _accepted(f))
 _given = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(
-    [_given] + [f"--{f}" for f in _FLAGS if f.split("=")[0] not in _given]
+    [_given]
+    + [
+        f"--{f}"
+        for f in os.environ[_ACCEPTED].split()
+        if f.split("=")[0] not in _given
+    ]
 ).strip()
 
 import jax  # noqa: E402
