@@ -5,6 +5,7 @@ import inspect
 import weakref
 from typing import Any
 
+import jax
 import lineax as lx
 from equinox._compile_utils import (
     hashable_combine as hashable_combine,
@@ -167,12 +168,94 @@ def with_jaxpr(traced: Any, closed: Any) -> Any:
     """
     try:
         params = dict(traced._params, jaxpr=closed)
-        return _jax_stages.Traced(
+        args = [
             traced._meta_tys_flat,
             params,
             traced._in_tree,
             traced.out_tree,
             traced._consts,
-        )
+        ]
+        if "_fun_sourceinfo" in type(traced).__slots__:  # jax >= 0.11
+            args.append(traced._fun_sourceinfo)
+        return _jax_stages.Traced(*args)
     except (AttributeError, TypeError):  # pragma: no cover - JAX changed
         return None
+
+
+# How `jax.jit(f, inline=...)` is asked to keep a nested call's equations in the
+# calling program (`JAX_INLINE`), and whether and how it can be asked to keep the
+# call out of line and compiled once by XLA (`XLA_OUTLINE`). jax >= 0.11 has
+# `jax.Inline`: `inline=True` there no longer means "inline while tracing" (the
+# call stays a `jit` equation), `Inline.JAX_EARLY` does; `Inline.XLA_LATE` keeps
+# the call in the lowered module, marked for XLA to inline only late, after it
+# has compiled the callee once (a call site then costs little to compile and runs
+# at native speed). On older jax, `inline=True` inlines while tracing and there is
+# no out-of-line mark (`XLA_OUTLINE` is `None`: `Outline` uses a host callback).
+_INLINE_ENUM: Any = getattr(jax, "Inline", None)
+JAX_INLINE: Any = True if _INLINE_ENUM is None else _INLINE_ENUM.JAX_EARLY
+XLA_OUTLINE: Any = None if _INLINE_ENUM is None else _INLINE_ENUM.XLA_LATE
+
+
+def is_outlined_call(eqn: Any) -> bool:
+    """Whether a `jit` equation's call is marked to stay out of line
+    (`XLA_OUTLINE`); always `False` on a JAX without such a mark.
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+
+    **Returns:**
+
+    A bool.
+    """
+    return XLA_OUTLINE is not None and eqn.params.get("inline") is XLA_OUTLINE
+
+
+def outlined_call(eqn: Any) -> Any:
+    """The `jit` equation `eqn` with its call marked to stay out of line
+    (`XLA_OUTLINE`, which must exist on this JAX).
+
+    **Arguments:**
+
+    - `eqn`: a `jit` equation.
+
+    **Returns:**
+
+    A `jax.extend.core.JaxprEqn`.
+    """
+    if XLA_OUTLINE is None:  # pragma: no cover - guarded by the callers
+        raise RuntimeError("this JAX has no `jax.Inline.XLA_LATE`.")
+    if "inline" not in eqn.params:  # pragma: no cover - JAX changed
+        raise ImportError(
+            "lineax_dispatch: a `jit` equation has no `inline` parameter; update "
+            "`lineax_dispatch/_compat.py` for this JAX version."
+        )
+    return eqn.replace(params={**eqn.params, "inline": XLA_OUTLINE})
+
+
+def scan_counts(eqn: Any) -> tuple[int, int]:
+    """`(constants, carried values)`: how many of a `scan` equation's inputs are the
+    loop's constants and how many its carry (the rest are the scanned-over inputs).
+    jax 0.10 states both as parameters (`num_consts`, `num_carry`); jax >= 0.11
+    groups the inputs in a flat tree (`ft_in`: constants, carry, scanned).
+
+    **Arguments:**
+
+    - `eqn`: a `scan` equation.
+
+    **Returns:**
+
+    A pair of ints.
+    """
+    params = eqn.params
+    if "num_consts" in params and "num_carry" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+    ft_in = params.get("ft_in")
+    if ft_in is None:  # pragma: no cover - JAX changed
+        raise ImportError(
+            "lineax_dispatch: a `scan` equation has neither `num_consts` / "
+            "`num_carry` nor `ft_in`; update `lineax_dispatch/_compat.py` for this "
+            "JAX version."
+        )
+    consts, carry, _ = ft_in.update(list(range(len(eqn.invars)))).unpack()
+    return len(list(consts)), len(list(carry))

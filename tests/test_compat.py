@@ -122,3 +122,25 @@ def test_traced_consts():
         return m
 
     jax.make_jaxpr(outer)(jnp.eye(2))
+
+
+def test_closure_converted_jaxprs_and_their_constants():
+    """Why lineax alone leaks tracers on jax >= 0.11 (see `tests/leaks.py`): there a
+    jaxpr is its own closed form and carries its constants' values, so the jaxpr
+    `equinox.filter_closure_convert` keeps in its static part holds the tracers it
+    closed over; on jax 0.10 the static jaxpr is open and holds none. Should either
+    change, the leak exemptions of `tests/leaks.py` are to be looked at again."""
+    import equinox as eqx
+
+    seen = []
+
+    def outer(m):
+        converted = eqx.filter_closure_convert(lambda v: m @ v, jnp.ones(2))
+        seen.append(any(_compat.is_tracer(c) for c in converted.consts))
+        held = list(getattr(converted.jaxpr, "consts", ()))
+        seen.append(any(_compat.is_tracer(c) for c in held))
+        return converted(jnp.ones(2))
+
+    jax.make_jaxpr(outer)(jnp.eye(2))
+    merged = jax.extend.core.ClosedJaxpr is jax.extend.core.Jaxpr
+    assert seen == [True, merged], (merged, seen)

@@ -11,6 +11,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
+from .leaks import leak_check, run_plain
 from .zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
 
 
@@ -134,10 +135,13 @@ def _solve_all(kind, op, dispatch, policy, dtype):
 
 @ft.cache
 def _reference_solves(kind, dtype):
-    """Plain lineax's solutions; the same for every policy, so computed once."""
+    """Plain lineax's solutions, and whether lineax alone leaks tracers on this JAX
+    (see `tests/leaks.py`); the same for every policy, so computed once."""
     plain = build(kind, dispatch=False, dtype=dtype)
     b = vector(plain.T, seed=2)
-    return b, jax.jit(_solve_all(kind, plain, False, None, dtype))(b)
+    solve = _solve_all(kind, plain, False, None, dtype)
+    expected, leaks = run_plain(lambda: jax.jit(solve)(b))
+    return b, expected, leaks
 
 
 @kinds
@@ -145,8 +149,8 @@ def _reference_solves(kind, dtype):
 @real_dtypes
 def test_linear_solve(kind, policy, dtype):
     ours = build(kind, dispatch=True, policy=POLICIES[policy], dtype=dtype)
-    b, expected = _reference_solves(kind, dtype)
-    with jax.checking_leaks():
+    b, expected, lineax_alone_leaks = _reference_solves(kind, dtype)
+    with leak_check(lineax_alone_leaks):
         got = jax.jit(_solve_all(kind, ours, True, policy, dtype))(b)
     assert set(got) == set(expected)
     for name in got:
@@ -201,8 +205,9 @@ def _grad_checks(kind, policy, dispatch):
 
 @ft.cache
 def _reference_grads(kind):
-    """Plain lineax's gradients; the same for every policy, so computed once."""
-    return _grad_checks(kind, None, False)
+    """Plain lineax's gradients, and whether lineax alone leaks tracers on this JAX
+    (see `tests/leaks.py`); the same for every policy, so computed once."""
+    return run_plain(lambda: _grad_checks(kind, None, False))
 
 
 @kinds
@@ -211,8 +216,8 @@ def test_vmap_and_grad_through_solve(kind, policy):
     """grad with respect to a parameter of the operator and to the right-hand side
     (an iterative solver, and LU on some kinds), and vmap of that over right-hand
     sides (iterative solver), through `lx.linear_solve`, against plain lineax."""
-    expected = _reference_grads(kind)
-    with jax.checking_leaks():
+    expected, lineax_alone_leaks = _reference_grads(kind)
+    with leak_check(lineax_alone_leaks):
         got = _grad_checks(kind, policy, True)
     assert set(got) == set(expected) == set(_grad_solver_names(kind))
     for name, (grads, batched) in got.items():
@@ -233,7 +238,7 @@ def test_complex(kind, policy):
     conj = lxd.conj(ours)
     assert conj.policy == POLICIES[policy]
     assert _close(conj.mv(x), lx.conj(plain).mv(x), dtype)
-    b, expected = _reference_solves(kind, dtype)
+    b, expected, _ = _reference_solves(kind, dtype)
     got = jax.jit(_solve_all(kind, ours, True, policy, dtype))(b)
     assert set(got) == set(expected) == set(_solvers(kind, dtype))
     for name in got:

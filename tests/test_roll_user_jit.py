@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch import _compat
 
 from .roll_programs import _close, _WEIGHTS, N
 
@@ -131,8 +132,8 @@ def test_inputs_computed_from_before_the_loop_are_not_carried(program, capfd):
         for e in jax.make_jaxpr(lxd.jit(program))(x).eqns[0].params["jaxpr"].eqns
         if e.primitive.name == "scan"
     ]
-    carried = scan.params["num_carry"]
-    shapes = [v.aval.shape for v in scan.invars[scan.params["num_consts"] :]][:carried]
+    consts, carried = _compat.scan_counts(scan)
+    shapes = [v.aval.shape for v in scan.invars[consts:]][:carried]
     fresh = program in (_fresh_only, _fresh_with_effect)
     assert ((N + 1,) in shapes) == (not fresh)
 

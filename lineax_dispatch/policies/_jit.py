@@ -140,6 +140,8 @@ class _Rewritten:
             run = self._runs.get(loop)
             if run is None:
                 run = rewrite_program(self._closed, self._actions, loop)
+                if isinstance(run, jex.ClosedJaxpr):  # calls put inline only
+                    run = jex.jaxpr_as_fun(run)
                 if not callable(run):  # pragma: no cover - deterministic rewrite
                     raise RuntimeError("the program's rewrites differ.")
             entry = rolled_entry(_with_consts(run, self._consts), self._out_tree)

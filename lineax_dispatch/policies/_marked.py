@@ -176,7 +176,7 @@ def pinned_scope(scope: TraceScope | None) -> Iterator[None]:
         _PINNED.reset(token)
 
 
-def named_marked(name: str, inline: bool = False) -> MarkedCall:
+def named_marked(name: str, mode: str = "call") -> MarkedCall:
     """A marked call of its own, whose equations are named `name` (which must start
     with `MARKED_NAME`): how `lxd.jit` tells the call sites of each `Auto` operator
     kind in a traced program apart.
@@ -184,10 +184,11 @@ def named_marked(name: str, inline: bool = False) -> MarkedCall:
     **Arguments:**
 
     - `name`: the equations' name.
-    - `inline`: whether a call under a trace puts the callee's equations in the
-        calling program (`jax.jit(..., inline=True)`: still traced once per trace
-        and signature, but with no call equation, so the program is lowered and
-        compiled exactly as lineax's) rather than one call equation.
+    - `mode`: what a call under a trace leaves in the calling program (see
+        `MarkedCall`): `"call"`, one call equation; `"inline"`, the callee's
+        equations (still traced once per trace and signature, but with no call
+        equation, so the program is lowered and compiled exactly as lineax's);
+        `"outline"`, one call equation XLA keeps out of line (jax >= 0.11).
 
     **Returns:**
 
@@ -195,7 +196,7 @@ def named_marked(name: str, inline: bool = False) -> MarkedCall:
     """
     if not name.startswith(MARKED_NAME):
         raise ValueError(f"a marked call's name must start with {MARKED_NAME!r}.")
-    return MarkedCall(name, inline)
+    return MarkedCall(name, mode)
 
 
 # The marked call of `Roll` operators: `lxd.jit` rolls its call sites.
@@ -205,7 +206,7 @@ lineax_dispatch_mv = named_marked(MARKED_NAME)
 # program (no call equation: the program lowers and compiles as lineax's); `lxd.jit`
 # finds nothing of it to rewrite.
 INLINE_NAME = MARKED_NAME + "_inline"
-inline_mv = named_marked(INLINE_NAME, inline=True)
+inline_mv = named_marked(INLINE_NAME, mode="inline")
 
 
 def is_marked(eqn: Any) -> bool:

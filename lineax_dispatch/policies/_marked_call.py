@@ -19,7 +19,7 @@ from typing import Any
 import jax
 from jaxtyping import PyTree
 
-from .._compat import hashable_combine
+from .._compat import JAX_INLINE, XLA_OUTLINE, hashable_combine
 
 
 # Eagerly applied kinds whose compiled `mv`s are kept (the least recently used
@@ -36,14 +36,23 @@ class MarkedCall:
     **Arguments:**
 
     - `name`: the equations' name.
-    - `inline`: whether a call under a trace puts the callee's equations in the
-        calling program (`jax.jit(..., inline=True)`) rather than one call
-        equation.
+    - `mode`: what a call under a trace leaves in the calling program: `"call"`,
+        one call equation (which XLA inlines); `"inline"`, the callee's equations
+        (`jax.jit(..., inline=True)`, `jax.Inline.JAX_EARLY` on jax >= 0.11);
+        `"outline"`, one call equation marked for XLA to compile the callee once
+        and keep it out of line (`jax.Inline.XLA_LATE`, on jax >= 0.11 only).
     """
 
-    def __init__(self, name: str, inline: bool = False):
+    def __init__(self, name: str, mode: str = "call"):
+        if mode not in ("call", "inline", "outline"):
+            raise ValueError(f"unknown marked-call mode {mode!r}.")
+        if mode == "outline" and XLA_OUTLINE is None:
+            raise ValueError("this JAX has no `jax.Inline.XLA_LATE` to outline with.")
         self.name = name
-        self.inline = inline
+        self.mode = mode
+        self._inline = {"call": False, "inline": JAX_INLINE, "outline": XLA_OUTLINE}[
+            mode
+        ]
         # `{key: jit}` of traced calls, each entry dropped when its trace ends;
         # an ordered `{static key: jit}` of eager ones, bounded.
         self._traced: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
@@ -58,7 +67,7 @@ class MarkedCall:
             return hashable_combine(dynamic, static.value)(vector)
 
         apply.__name__ = apply.__qualname__ = self.name
-        return jax.jit(apply, inline=self.inline)
+        return jax.jit(apply, inline=self._inline)
 
     def jitted(self, key: tuple) -> Callable:
         """The `jax.jit` of `key = (static key, scope)`, made once per key while
