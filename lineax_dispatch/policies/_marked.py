@@ -18,7 +18,7 @@ import lineax as lx
 import numpy as np
 from jaxtyping import PyTree
 
-from .._compat import hashable_partition, root_trace_ref
+from .._compat import XLA_OUTLINE, hashable_partition, root_trace_ref
 from ._base import AbstractPolicy, RawMv, with_top_policy
 from ._marked_call import MarkedCall
 from ._per_object import cached_per_object, per_object_cache
@@ -207,6 +207,16 @@ lineax_dispatch_mv = named_marked(MARKED_NAME)
 # finds nothing of it to rewrite.
 INLINE_NAME = MARKED_NAME + "_inline"
 inline_mv = named_marked(INLINE_NAME, mode="inline")
+
+
+# The call of `Outline` operators on a JAX with `jax.Inline.XLA_LATE`: one call
+# equation per site, of one callee per trace and signature, which XLA compiles once
+# and keeps out of line (`None` on older JAX, where `Outline` uses a host
+# callback). `lxd.jit` leaves its calls as they are.
+OUTLINE_NAME = MARKED_NAME + "_outline"
+outline_mv: MarkedCall | None = (
+    None if XLA_OUTLINE is None else named_marked(OUTLINE_NAME, mode="outline")
+)
 
 
 def is_marked(eqn: Any) -> bool:

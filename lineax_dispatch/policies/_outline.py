@@ -13,7 +13,7 @@ from jaxtyping import PyTree
 
 from .._compat import traced_consts
 from ._base import AbstractPolicy, RawMv
-from ._marked import current_scope, inline_mv, mv_parts
+from ._marked import current_scope, inline_mv, marked_mv, mv_parts, outline_mv
 
 
 class JaxprMv(eqx.Module):
@@ -72,16 +72,27 @@ class Outline(AbstractPolicy):
     """Keeps the operator's `mv` out of line: it is compiled once, separately, and
     every call site calls that one executable.
 
-    Built on `equinox.internal.noinline`, so `jit`, `vmap`, `grad` and linear
-    transposition all work through it. The cost is paid at run time: each call is a
-    host callback into the separately compiled executable (tens to hundreds of
-    microseconds on CPU, a device-host round trip on an accelerator). It wins for an
-    expensive-to-compile `mv` called from several places and run a few times.
+    How depends on the JAX:
+
+    - jax >= 0.11: each call site is a call of one `jax.jit` of the operator's
+        `mv` made with `inline=jax.Inline.XLA_LATE`, which XLA compiles once and
+        keeps out of line. A call site costs little to compile and the call runs
+        at native speed (no host round trip, the operator's arrays passed as
+        arguments), so it suits any `mv` that is expensive to compile, however
+        often it runs. `jit`, `vmap`, `grad` and linear transposition act on the
+        call as on any `jax.jit` call.
+    - jax 0.10: built on `equinox.internal.noinline`, so `jit`, `vmap`, `grad` and
+        linear transposition all work through it. The cost is paid at run time:
+        each call is a host callback into the separately compiled executable
+        (tens to hundreds of microseconds on CPU, a device-host round trip on an
+        accelerator). It wins for an expensive-to-compile `mv` called from
+        several places and run a few times.
 
     The callee is shared by every call site of one `jax.jit` trace (loop bodies and
     transformations included); a new trace (another `jax.jit`, or a retrace)
     compiles its own, so a function that reads Python
-    state sees it as `Lazy` would. Outside any trace, `mv` runs inline.
+    state sees it as `Lazy` would. Outside any trace, `mv` runs as one compiled
+    `mv` (jax >= 0.11) or inline (jax 0.10).
 
     Operators nested inside an outlined operator are applied inline within the
     outlined callee (the outermost non-`Lazy` policy decides for the whole
@@ -100,6 +111,9 @@ class Outline(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
+        if outline_mv is not None:
+            # Marked for XLA to compile once and keep out of line.
+            return marked_mv(operator, vector, outline_mv)
         scope = current_scope()
         if scope is None:
             # Eager: nothing is compiled for a later call to share; run inline.

@@ -1,7 +1,10 @@
 """Outline across a program: the call sites of an operator's `mv` that rolling cannot
-reach (in loop bodies, branches, other calls) call ONE separately compiled `mv`
-(`equinox.internal.noinline`, as the `Outline` policy does), however deep they
-are. Each site's equation keeps its inputs and outputs; only its callee changes."""
+reach (in loop bodies, branches, other calls) call ONE separately compiled `mv`, as
+the `Outline` policy does, however deep they are: on jax >= 0.11 each site's call
+is marked for XLA to compile its callee once and keep it out of line
+(`jax.Inline.XLA_LATE`); on jax 0.10 its callee becomes a host callback
+(`equinox.internal.noinline`). Each site's equation keeps its inputs and
+outputs."""
 
 from typing import Any
 
@@ -9,6 +12,7 @@ import equinox.internal as eqxi
 import jax
 import jax.extend.core as jex
 
+from .._compat import outlined_call, XLA_OUTLINE
 from ._outline import _AbstractMv, JaxprMv
 
 
@@ -41,12 +45,16 @@ def outlined_callee(callee: Any, arrays: int) -> Any:
 
 
 def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
-    """`jaxpr` with every `jit` call of `old` (at any depth) calling `new`."""
+    """`jaxpr` with every `jit` call of `old` (at any depth) calling `new`, or, for
+    `new` `None`, marked to stay out of line (`outlined_call`)."""
     eqns = []
     changed = False
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "jit" and eqn.params["jaxpr"] is old:
-            eqn = eqn.replace(params={**eqn.params, "jaxpr": new})
+            if new is None:
+                eqn = outlined_call(eqn)
+            else:
+                eqn = eqn.replace(params={**eqn.params, "jaxpr": new})
             changed = True
         else:
             params = {k: _in_param(v, old, new) for k, v in eqn.params.items()}
@@ -83,5 +91,5 @@ def outline_group(closed: Any, callee: Any, arrays: int) -> Any:
 
     The rewritten program, a `ClosedJaxpr`.
     """
-    new = outlined_callee(callee, arrays)
+    new = None if XLA_OUTLINE is not None else outlined_callee(callee, arrays)
     return jex.ClosedJaxpr(_substitute(closed.jaxpr, callee, new), closed.consts)
