@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export OPENBLAS_NUM_THREADS ?= 1
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 
-.PHONY: demo test lint typecheck docs bench clean
+.PHONY: demo test test-newest lint typecheck docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,21 @@ demo: $(VENV)/.installed-benchmarks
 # Lint and typecheck (seconds), then the tests.
 test: lint typecheck
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
+
+# The same test suite on Python 3.13 with the newest JAX pip gives there (jax >= 0.11
+# needs Python >= 3.12), in `.venv-newest`: the second leg of CI. `.ci/python313`
+# finds a Python 3.13 or builds one from Debian's source package (about 10 minutes
+# on 2 cores, once: the build is kept in ~/.cache/lineax-dispatch/python3.13).
+NEWEST := .venv-newest
+test-newest:
+	@test -x $(NEWEST)/bin/python || { \
+		py=$$(.ci/python313) && $$py -m venv $(NEWEST) && \
+		$(NEWEST)/bin/python -m pip install --quiet --upgrade pip; }
+	@test $(NEWEST)/.installed -nt pyproject.toml || { \
+		$(NEWEST)/bin/python -m pip install --quiet --upgrade -e ".[tests]" && \
+		touch $(NEWEST)/.installed; }
+	$(NEWEST)/bin/python -c "import jax, sys; print('Python', sys.version.split()[0], 'jax', jax.__version__)"
+	$(NEWEST)/bin/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 # ruff: the rule set is in pyproject.toml ([tool.ruff.lint]).
 lint: $(VENV)/.installed-tests
@@ -62,4 +77,4 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.dispatch $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache site
+	rm -rf $(VENV) $(NEWEST) .pytest_cache site

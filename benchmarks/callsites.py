@@ -14,24 +14,29 @@ jax keeps captured arrays as constants of the closure-converted jaxpr: with
 `jax_use_simplified_jaxpr_constants` on, jax 0.10 inlines them as literals and the
 weights (128 MiB at the defaults) are compiled in as HLO constants.
 
-For each number of call sites `k` the program is
+For each number of call sites `k` the program is (`--pattern independent`, the
+default)
 
     f(xs) = op.mv(xs[0]) + op.mv(xs[1]) + ... + op.mv(xs[k - 1])
 
+or (`--pattern dependent`) `x = op.mv(x) * (c_i / |x|)` k times from `xs[0]`,
 written as a Python loop, so each `mv` is a separate call site in the traced
 program; the operator's arrays are an *argument* of the jitted function and its
-static part is closed over (`harness.split_program`).
+static part is closed over (`harness.split_program`). Everything runs under a
+plain `jax.jit` (no `lxd.jit`: `benchmarks.program` measures that).
 
 Variants: plain `lineax.FunctionLinearOperator`, and
-`lineax_dispatch.FunctionLinearOperator` with `Lazy()`, `Outline()` and
-`Materialise(batch_size=MATERIALISE_BATCH)`.
+`lineax_dispatch.FunctionLinearOperator` with `Lazy()`, `Outline()`, `Auto()` and
+`Materialise(batch_size=MATERIALISE_BATCH)`. On jax >= 0.11 `Outline` is a call
+marked `jax.Inline.XLA_LATE` at each site; on jax 0.10 a host callback.
 
 For each (variant, k), with a freshly built operator (a new function object in
 the `eqx.Partial`, hence a new static part, so that neither jax's caches nor
 equinox's process-wide cache of `Outline`'s callee carry over), `jax.jit(f)` is
-timed as in `harness.time_program`, with at least 3 runs. For `Outline` each call
-is a host callback that hands the operator's arrays (all the weights, not only
-the vector) to the callee, so its run time grows with the operator's size; for
+timed as in `harness.time_program`, with at least 3 runs. For `Outline` on jax 0.10
+each call is a host callback that hands the operator's arrays (all the weights,
+not only the vector) to the callee, so its run time grows with the operator's
+size; for
 `Materialise` each call of `f` builds the matrix again (XLA merges the k identical
 builds into one).
 
@@ -53,7 +58,9 @@ How to run
     python -m benchmarks.callsites --quick    # n=256, L=8, k=1,2,4
     python -m benchmarks.callsites --n 512 --layers 16 --ks 1,4,16
 
-Results: `benchmarks/results/callsites.json` and `callsites.png` (`--out DIR`).
+Results: `callsites.json` and `callsites.png` (`callsites-dependent.*` for the
+dependent pattern) in `benchmarks/results/` on jax 0.10, in
+`benchmarks/results/jax-<major>.<minor>/` on other versions (`--out DIR`).
 """
 
 import time
@@ -105,8 +112,26 @@ def variant_builders(batch_size: int) -> dict[str, Callable]:
         ),
         "Lazy": ours(lxd.Lazy()),
         "Outline": ours(lxd.Outline()),
+        "Auto": ours(lxd.Auto()),
         f"Materialise({batch_size})": ours(lxd.Materialise(batch_size=batch_size)),
     }
+
+
+def make_chain_of_mvs(k: int) -> Callable:
+    """`f(op, xs)`: `x = op.mv(x) * (c_i / |x|)` k times from `x = xs[0]`, one call
+    site per `i`, each fed the previous one's output (`c_i` a per-site literal)."""
+
+    def chain_of_mvs(op, xs):
+        x = xs[0]
+        for i in range(k):
+            x = op.mv(x)
+            x = x * ((1.0 + 0.01 * i) / jnp.sqrt(jnp.vdot(x, x)))
+        return x
+
+    return chain_of_mvs
+
+
+PATTERNS = {"independent": lambda k: make_sum_of_mvs(k), "dependent": make_chain_of_mvs}
 
 
 def make_sum_of_mvs(k: int) -> Callable:
@@ -124,12 +149,14 @@ def make_sum_of_mvs(k: int) -> Callable:
 # ------------------------------------------------------------------ measure
 
 
-def measure(build: Callable, weights, scales, k: int, n: int) -> tuple[dict, jax.Array]:
+def measure(
+    build: Callable, weights, scales, k: int, n: int, pattern: str = "independent"
+) -> tuple[dict, jax.Array]:
     """Times one (variant, k) with a fresh operator; returns the timings and output."""
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     op = build(make_chain(weights, scales), structure)
     xs = jax.random.normal(jax.random.key(SEED + k), (k, n), jnp.float32)
-    program, params, _ = harness.split_program(op, make_sum_of_mvs(k))
+    program, params, _ = harness.split_program(op, PATTERNS[pattern](k))
     timings, _, out = harness.time_program(program, params, xs, MIN_RUNS)
     runs = timings.pop("runs")
     timings = dict(k=k, **timings, run_per_mv_s=timings["run_s"] / k, runs=runs)
@@ -137,11 +164,11 @@ def measure(build: Callable, weights, scales, k: int, n: int) -> tuple[dict, jax
 
 
 def measure_repeated(
-    build: Callable, weights, scales, k: int, n: int, repeats: int
+    build: Callable, weights, scales, k: int, n: int, repeats: int, pattern: str
 ) -> tuple[dict, jax.Array]:
     """`measure` `repeats` times; the repeat with the median compile total, with
     every repeat's compile total (in increasing order) as `compile_total_all_s`."""
-    trials = [measure(build, weights, scales, k, n) for _ in range(repeats)]
+    trials = [measure(build, weights, scales, k, n, pattern) for _ in range(repeats)]
     timings, out = harness.median_trial(trials, "compile_total_s")
     timings["compile_total_all_s"] = sorted(t["compile_total_s"] for t, _ in trials)
     return timings, out
@@ -203,7 +230,7 @@ def run_all(args) -> dict[str, list[dict]]:
         reference = None
         for name, build in builders.items():
             timings, out = measure_repeated(
-                build, weights, scales, k, args.n, args.repeats
+                build, weights, scales, k, args.n, args.repeats, args.pattern
             )
             reference = out if reference is None else reference
             timings["rel_err_vs_lineax"] = harness.relative_error(out, reference)
@@ -276,7 +303,7 @@ def plot(results: dict[str, list[dict]], config: dict, path) -> None:
     ):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("independent call sites k")
+        ax.set_xlabel(f"{config['pattern']} call sites k")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -317,6 +344,13 @@ def parse_args(argv: Sequence[str] | None = None):
         help="fresh-operator repeats per (variant, k), the median kept "
         f"(default {REPEATS})",
     )
+    parser.add_argument(
+        "--pattern",
+        choices=sorted(PATTERNS),
+        default="independent",
+        help="independent sites (a sum) or dependent ones (each fed the previous "
+        "output); default independent",
+    )
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
     args.ks = tuple(sorted(set(args.ks)))
@@ -334,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ks=list(args.ks),
         dtype="float32",
         materialise_batch_size=args.batch_size,
+        pattern=args.pattern,
         repeats=args.repeats,
         closure_convert=False,
         seed=SEED,
@@ -374,8 +409,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         outline_target=dict(ratio=outline, threshold=1.5, met=bool(outline <= 1.5)),
         total_seconds=elapsed,
     )
+    name = "callsites" if args.pattern == "independent" else "callsites-dependent"
     harness.write_results(
-        args.out, "callsites", payload, lambda path: plot(results, config, path)
+        args.out, name, payload, lambda path: plot(results, config, path)
     )
 
 

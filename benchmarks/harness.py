@@ -265,10 +265,23 @@ def parser(doc: str, full: dict, quick: dict) -> argparse.ArgumentParser:
     `--quick` (`quick`'s sizes for the arguments not given: `fill_defaults`)."""
     prog = f"python -m benchmarks.{Path(sys.argv[0]).stem}"
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=results_dir(),
+        help=f"results folder (default {results_dir()}: per JAX version)",
+    )
     shown = ", ".join(f"{k}={joined(v)}" for k, v in quick.items())
     parser.add_argument("--quick", action="store_true", help=f"small sizes: {shown}")
     return parser
+
+
+def results_dir() -> Path:
+    """Where results of this JAX go by default: `benchmarks/results/` for jax 0.10
+    (the oldest CI runs), `benchmarks/results/jax-<major>.<minor>/` for others, so
+    that each version's figures are kept."""
+    version = ".".join(jax.__version__.split(".")[:2])
+    return RESULTS_DIR if version == "0.10" else RESULTS_DIR / f"jax-{version}"
 
 
 def int_list(text: str) -> tuple[int, ...]:

@@ -43,11 +43,7 @@ if _ACCEPTED not in os.environ:
 _given = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(
     [_given]
-    + [
-        f"--{f}"
-        for f in os.environ[_ACCEPTED].split()
-        if f.split("=")[0] not in _given
-    ]
+    + [f"--{f}" for f in os.environ[_ACCEPTED].split() if f.split("=")[0] not in _given]
 ).strip()
 
 import jax  # noqa: E402

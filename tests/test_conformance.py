@@ -11,7 +11,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .leaks import leak_check, run_plain
+from .leaks import leak_checked
 from .zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
 
 
@@ -133,15 +133,17 @@ def _solve_all(kind, op, dispatch, policy, dtype):
     return lambda v: {n: lx.linear_solve(ops[n], v, solvers[n]).value for n in names}
 
 
+def _plain_solves(kind, dtype):
+    """Plain lineax's solves as a function of the right-hand side, and that."""
+    plain = build(kind, dispatch=False, dtype=dtype)
+    return _solve_all(kind, plain, False, None, dtype), vector(plain.T, seed=2)
+
+
 @ft.cache
 def _reference_solves(kind, dtype):
-    """Plain lineax's solutions, and whether lineax alone leaks tracers on this JAX
-    (see `tests/leaks.py`); the same for every policy, so computed once."""
-    plain = build(kind, dispatch=False, dtype=dtype)
-    b = vector(plain.T, seed=2)
-    solve = _solve_all(kind, plain, False, None, dtype)
-    expected, leaks = run_plain(lambda: jax.jit(solve)(b))
-    return b, expected, leaks
+    """Plain lineax's solutions; the same for every policy, so computed once."""
+    solve, b = _plain_solves(kind, dtype)
+    return b, jax.jit(solve)(b)
 
 
 @kinds
@@ -149,9 +151,11 @@ def _reference_solves(kind, dtype):
 @real_dtypes
 def test_linear_solve(kind, policy, dtype):
     ours = build(kind, dispatch=True, policy=POLICIES[policy], dtype=dtype)
-    b, expected, lineax_alone_leaks = _reference_solves(kind, dtype)
-    with leak_check(lineax_alone_leaks):
-        got = jax.jit(_solve_all(kind, ours, True, policy, dtype))(b)
+    b, expected = _reference_solves(kind, dtype)
+    got = leak_checked(
+        lambda: jax.jit(_solve_all(kind, ours, True, policy, dtype))(b),
+        lambda: jax.jit(_plain_solves(kind, dtype)[0])(b),
+    )
     assert set(got) == set(expected)
     for name in got:
         assert _close(got[name], expected[name], dtype), name
@@ -205,9 +209,8 @@ def _grad_checks(kind, policy, dispatch):
 
 @ft.cache
 def _reference_grads(kind):
-    """Plain lineax's gradients, and whether lineax alone leaks tracers on this JAX
-    (see `tests/leaks.py`); the same for every policy, so computed once."""
-    return run_plain(lambda: _grad_checks(kind, None, False))
+    """Plain lineax's gradients; the same for every policy, so computed once."""
+    return _grad_checks(kind, None, False)
 
 
 @kinds
@@ -216,9 +219,11 @@ def test_vmap_and_grad_through_solve(kind, policy):
     """grad with respect to a parameter of the operator and to the right-hand side
     (an iterative solver, and LU on some kinds), and vmap of that over right-hand
     sides (iterative solver), through `lx.linear_solve`, against plain lineax."""
-    expected, lineax_alone_leaks = _reference_grads(kind)
-    with leak_check(lineax_alone_leaks):
-        got = _grad_checks(kind, policy, True)
+    expected = _reference_grads(kind)
+    got = leak_checked(
+        lambda: _grad_checks(kind, policy, True),
+        lambda: _grad_checks(kind, None, False),
+    )
     assert set(got) == set(expected) == set(_grad_solver_names(kind))
     for name, (grads, batched) in got.items():
         expected_grads, expected_batched = expected[name]
@@ -238,7 +243,7 @@ def test_complex(kind, policy):
     conj = lxd.conj(ours)
     assert conj.policy == POLICIES[policy]
     assert _close(conj.mv(x), lx.conj(plain).mv(x), dtype)
-    b, expected, _ = _reference_solves(kind, dtype)
+    b, expected = _reference_solves(kind, dtype)
     got = jax.jit(_solve_all(kind, ours, True, policy, dtype))(b)
     assert set(got) == set(expected) == set(_solvers(kind, dtype))
     for name in got:

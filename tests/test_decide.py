@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch import _compat
 
 
 def _obs(**kw):
@@ -92,9 +93,71 @@ _EXPENSIVE_LARGE = dict(
     ],
 )
 def test_decide_table(observation, expected):
-    decision = lxd.decide(observation)
+    # `Outline` as a host callback (jax 0.10's, and any JAX's if asked): the
+    # table's figures are its.
+    decision = lxd.decide(observation, _CALLBACK)
     assert decision.strategy == expected, decision.reasons
     assert decision.reasons and all(isinstance(r, str) for r in decision.reasons)
+
+
+_CALLBACK = lxd.CostModel(outline_native=False)
+_NATIVE = pytest.mark.skipif(
+    _compat.XLA_OUTLINE is None, reason="needs jax.Inline.XLA_LATE (jax >= 0.11)"
+)
+
+
+@_NATIVE
+def test_native_outline_estimates():
+    """A native out-of-line call runs at the speed of an inline one; its compile
+    time is one copy of `mv` plus `outline_clone` of a copy per further site: on
+    XLA:CPU (1.0, a callee cloned per caller) no better than inline, so `Lazy`
+    wins the tie; where the callee is compiled once (0.0), `Outline` wins where
+    rolling cannot reach."""
+    observation = _obs(
+        call_sites=16, executions=16.0, memory_budget=10**6, **_EXPENSIVE_LARGE
+    )
+    cloned = lxd.decide(observation, lxd.CostModel(outline_native=True))
+    estimates = {e.strategy: e for e in cloned.estimates}
+    lazy, outline = estimates["Lazy"], estimates["Outline"]
+    assert outline.compile_seconds == pytest.approx(lazy.compile_seconds)
+    assert outline.run_seconds == pytest.approx(lazy.run_seconds)
+    assert cloned.strategy == "Lazy", cloned.reasons
+    once = lxd.decide(
+        observation, lxd.CostModel(outline_native=True, outline_clone=0.0)
+    )
+    assert once.strategy == "Outline", once.reasons
+    # The host callback pays for handing over the operator at every call.
+    callback = {e.strategy: e for e in lxd.decide(observation, _CALLBACK).estimates}
+    assert callback["Outline"].run_seconds > outline.run_seconds
+
+
+def test_decide_unseen():
+    """One call site of a program that is not read (a plain `jax.jit`): out of line
+    only where natively so and a further site would save more than a site costs."""
+    expensive = _obs(**_EXPENSIVE_LARGE)
+    cheap = _obs(mv_dots=0, mv_ops=3)
+    assert lxd.policies.decide_unseen(expensive, _CALLBACK).strategy == "Lazy"
+    if _compat.XLA_OUTLINE is None:
+        return
+    native = lxd.CostModel(outline_native=True)
+    assert lxd.policies.decide_unseen(expensive, native).strategy == "Lazy"
+    once = lxd.CostModel(outline_native=True, outline_clone=0.0)
+    decision = lxd.policies.decide_unseen(expensive, once)
+    assert decision.strategy == "Outline", decision.reasons
+    assert lxd.policies.decide_unseen(cheap, once).strategy == "Lazy"
+    effects = _obs(mv_effects=True, **_EXPENSIVE_LARGE)
+    assert lxd.policies.decide_unseen(effects, once).strategy == "Lazy"
+
+
+def test_cost_model_outline_fields_are_checked():
+    with pytest.raises(ValueError, match="outline_clone"):
+        lxd.CostModel(outline_clone=1.5)
+    with pytest.raises(TypeError, match="outline_native"):
+        lxd.CostModel(outline_native="yes")  # pyright: ignore[reportArgumentType]
+    if _compat.XLA_OUTLINE is None:
+        with pytest.raises(ValueError, match="XLA_LATE"):
+            lxd.CostModel(outline_native=True)
+    assert lxd.CostModel().outline_native is (_compat.XLA_OUTLINE is not None)
 
 
 def test_decide_budget_edges():
@@ -165,8 +228,9 @@ def test_runs_weigh_run_time():
         mv_ops=0,
         operator_bytes=6_300_000,
     )
-    assert lxd.decide(_obs(**observation, runs=1.0)).strategy == "Outline"
-    assert lxd.decide(_obs(**observation, runs=100.0)).strategy == "Lazy"
+    # `Outline` as a host callback: each call pays a round trip.
+    assert lxd.decide(_obs(**observation, runs=1.0), _CALLBACK).strategy == "Outline"
+    assert lxd.decide(_obs(**observation, runs=100.0), _CALLBACK).strategy == "Lazy"
     rolled = _obs(**observation, runs=100.0, rollable=True)
     assert lxd.decide(rolled).strategy == "Roll"
     with pytest.raises(ValueError, match="runs"):
@@ -206,7 +270,10 @@ def test_an_mv_with_effects_or_that_vmap_cannot_batch():
     matrix build (on basis vectors) nor an out-of-line call; one `vmap` cannot
     batch is not materialised, and a block of vectors takes it one at a time."""
     outline_model = lxd.CostModel(
-        outline_site=0.0, compile_per_site=1.0, materialise_fixed=1e3
+        outline_site=0.0,
+        compile_per_site=1.0,
+        materialise_fixed=1e3,
+        outline_native=False,
     )
     assert lxd.decide(_obs(), lxd.CostModel()).strategy == "Materialise"
     assert lxd.decide(_obs(call_sites=8), outline_model).strategy == "Outline"

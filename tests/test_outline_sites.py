@@ -54,7 +54,7 @@ def _assert_one_outlined_callee(lowered, sites):
 
 
 # Compiling a dot product made dear: one out-of-line copy beats three inline.
-_OUTLINE_MODEL = lxd.CostModel(compile_per_dot=10.0)
+_OUTLINE_MODEL = lxd.CostModel(compile_per_dot=10.0, outline_clone=0.0)
 
 
 @pytest.mark.parametrize("runs", [1])
@@ -124,3 +124,29 @@ def test_outlined_functions_closing_over_traced_arrays(policy):
     if isinstance(policy, lxd.Auto):
         (decision,) = lxd.jit(ours).decisions(_W).values()
         assert decision.strategy == "Outline"
+
+
+@pytest.mark.skipif(
+    _compat.XLA_OUTLINE is None, reason="needs jax.Inline.XLA_LATE (jax >= 0.11)"
+)
+def test_auto_under_plain_jax_jit():
+    """Under a plain `jax.jit` each site is decided alone: out of line where the
+    cost model says a further site then compiles for less (a backend compiling the
+    callee once, `outline_clone=0`), inline on the default XLA:CPU model; the
+    results are lineax's under jit, grad and vmap either way."""
+    reference = _program(_operator(lxd.Lazy(), []))
+    x = jnp.linspace(0.1, 1.0, N)
+    once = lxd.CostModel(outline_native=True, outline_clone=0.0, compile_per_dot=1.0)
+    for model, outlined in ((once, True), (lxd.CostModel(), False)):
+        counter = []
+        f = _program(_operator(lxd.Auto(cost_model=model), counter))
+        with jax.checking_leaks():
+            _close(jax.jit(f)(x), jax.jit(reference)(x))
+        assert len(counter) == 1
+        text = jax.jit(f).lower(x).as_text()
+        assert text.count('inlineable = "xla_late"') == (3 if outlined else 0)
+        loss = lambda x, f=f: jnp.sum(f(x) ** 2)
+        reference_loss = lambda x: jnp.sum(reference(x) ** 2)
+        _close(jax.jit(jax.grad(loss))(x), jax.jit(jax.grad(reference_loss))(x))
+        xs = jnp.stack([x, -x])
+        _close(jax.jit(jax.vmap(f))(xs), jax.jit(jax.vmap(reference))(xs))

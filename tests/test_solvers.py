@@ -1,8 +1,6 @@
 """The one-`mv`-site solvers: answers, iteration counts, call sites, results codes,
 autodiff and vmap, compared with lineax's solvers and dense solves."""
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,6 +10,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
+from .leaks import leak_checked
 from .solver_problems import (
     CHECK,
     Counter,
@@ -22,7 +21,6 @@ from .solver_problems import (
     SOLVERS,
     TOL,
 )
-from .leaks import leak_check, run_plain
 from .zoo import POLICIES, SOLVE_POLICIES
 
 
@@ -47,10 +45,9 @@ _CASES = [
 ]
 
 
-@functools.cache
-def _lineax_alone_leaks(name, kind, dtype):
-    """Whether lineax's own solver leaks tracers on this JAX on the same system (see
-    `tests/leaks.py`); where lineax has none that runs here, its `Normal(CG)`."""
+def _lineax_alone(name, kind, dtype):
+    """The same solve with lineax's own solver; where lineax has none that runs
+    here, its `Normal(CG)`."""
     _, theirs, _ = SOLVERS[name]
     if theirs is None or (name == "lsmr" and dtype == jnp.float32):
         # lineax's LSMR raises on float32 with x64 enabled (as in these tests).
@@ -58,7 +55,7 @@ def _lineax_alone_leaks(name, kind, dtype):
     b = jnp.asarray(rhs(kind, dtype))
     operator = function_operator(kind, dtype, dispatch=False)
     solver = theirs(TOL[dtype])
-    return run_plain(lambda: eqx.filter_jit(_solve)(operator, b, solver))[1]
+    return lambda: eqx.filter_jit(_solve)(operator, b, solver)
 
 
 @pytest.mark.parametrize("name,kind,dtype", _CASES)
@@ -67,8 +64,10 @@ def test_matches_lineax_and_dense(name, kind, dtype):
     tol = TOL[dtype]
     b = jnp.asarray(rhs(kind, dtype))
     operator = function_operator(kind, dtype, dispatch=False)
-    with leak_check(_lineax_alone_leaks(name, kind, dtype)):
-        value, result, steps = eqx.filter_jit(_solve)(operator, b, ours(tol))
+    value, result, steps = leak_checked(
+        lambda: eqx.filter_jit(_solve)(operator, b, ours(tol)),
+        _lineax_alone(name, kind, dtype),
+    )
     assert result == lx.RESULTS.successful
     expected = reference(kind, dtype)
     error = np.max(np.abs(np.asarray(value) - expected)) / np.max(np.abs(expected))

@@ -33,6 +33,7 @@ from ._registry import (
     SolverChoice as SolverChoice,
 )
 from ._roll_policy import Roll as Roll
+from ._unseen import decide_unseen as decide_unseen
 
 
 def default_policy() -> AbstractPolicy:

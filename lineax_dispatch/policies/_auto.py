@@ -8,12 +8,14 @@ from jaxtyping import PyTree
 from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._budget import optional_budget, resolve_budget
-from ._cost import MvCost
+from ._cost import jaxpr_cost, MvCost
 from ._decide import CostModel, decide
 from ._decision import Decision
-from ._marked import current_scope, inline_mv, marked_mv
+from ._marked import current_scope, inline_mv, marked_mv, mv_parts, outline_mv
 from ._observation import observe
+from ._program import out_leaves
 from ._registry import current_executions, current_session
+from ._unseen import decide_unseen
 
 
 class Auto(AbstractPolicy):
@@ -31,9 +33,14 @@ class Auto(AbstractPolicy):
     - The solvers of this package (and [`lineax_dispatch.PolicySolver`][]) decide
         once per solve, in `init`, counting the solver's expected iterations as
         executions.
-    - Under a plain `jax.jit`, `mv` is applied as lineax does (inline); eagerly,
-        through the operator's compiled `mv`, compiled once per operator kind and
-        signature.
+    - Under a plain `jax.jit`, where the program's call sites are never counted,
+        each site is decided alone ([`lineax_dispatch.policies.decide_unseen`][]):
+        out of line (`jax.Inline.XLA_LATE`, jax >= 0.11) where the cost model says
+        that a further site would then compile in less time, else inline, as
+        lineax does. On XLA:CPU, which compiles a called function again for each
+        caller (`CostModel.outline_clone = 1`), that is always inline. Eagerly,
+        `mv` runs through the operator's compiled `mv`, compiled once per operator
+        kind and signature.
 
     A decision depends only on the program being compiled, the operator, the
     budget and the cost model: never on earlier calls.
@@ -162,5 +169,40 @@ class Auto(AbstractPolicy):
             traced = record.call.trace((key, current_scope()), dynamic, vector)
             record.note_callee(traced.jaxpr)
             return out
-        # Under a plain `jax.jit`: lineax's behaviour (inlined by XLA).
+        # Under a plain `jax.jit`: each site decided alone; lineax's behaviour
+        # (inlined by XLA) unless an out-of-line call pays.
+        if (
+            outline_mv is not None
+            and self.cost_model.outline_native
+            and self.cost_model.outline_clone < 1.0
+        ):
+            parts = mv_parts(operator)
+            dynamic, key = parts
+            traced = inline_mv.trace((key, current_scope()), dynamic, vector)
+            decision = self.unseen_decision(operator, traced.jaxpr)
+            if decision.strategy == "Outline":
+                return marked_mv(operator, vector, outline_mv, parts)
+            return marked_mv(operator, vector, inline_mv, parts)
         return marked_mv(operator, vector, inline_mv)
+
+    def unseen_decision(self, operator: lx.AbstractLinearOperator, callee) -> Decision:
+        """The decision for one call site of `operator` in a program that is not
+        read (under a plain `jax.jit`).
+
+        **Arguments:**
+
+        - `operator`: the operator.
+        - `callee`: its traced `mv`, a `ClosedJaxpr` (its cost is read from it).
+
+        **Returns:**
+
+        A [`lineax_dispatch.Decision`][]: `Outline()` or `Lazy()`.
+        """
+        observation = observe(
+            operator,
+            memory_budget=self.budget(),
+            runs=self.runs,
+            cost=jaxpr_cost(callee),
+            out_structure=out_leaves(callee),
+        )
+        return decide_unseen(observation, self.cost_model)

@@ -8,16 +8,13 @@ XLA:CPU machine with `python -m benchmarks.callsites`; set your own with
 `Auto(cost_model=...)`). No JAX tracing happens here.
 """
 
-import dataclasses
 import math
 from collections.abc import Iterable
 
-import equinox as eqx
-
-from .._validate import check_positive_int, check_positive_real, check_tolerance
 from ._base import AbstractPolicy
 from ._batching import Scan, VmapBatch
 from ._budget import format_bytes
+from ._cost_model import CostModel as CostModel
 from ._decision import Decision, Estimate
 from ._lazy import Lazy
 from ._materialise import Materialise
@@ -25,93 +22,6 @@ from ._observation import Observation
 from ._outline import Outline
 from ._roll_policy import Roll
 from ._sizes import vector_bytes
-
-
-class CostModel(eqx.Module):
-    """Machine constants for [`lineax_dispatch.decide`][], in seconds, bytes and
-    flops.
-
-    The defaults were measured on a 2-core XLA:CPU machine. Give `Auto` your own
-    when its choices do not suit your machine (a GPU compiles and runs at other
-    rates).
-
-    !!! Example
-
-        ```python
-        model = lxd.CostModel(flops_per_second=5e13, bytes_per_second=3e12)
-        policy = lxd.Auto(cost_model=model)
-        ```
-
-    **Arguments:** (all have defaults; each is also the attribute of that name)
-
-    - `flops_per_second`: throughput of dense batched work (building a matrix).
-    - `bytes_per_second`: memory bandwidth (a matrix-vector product, an `mv`) for
-        arrays larger than the last-level cache.
-    - `cache_bytes`: the last-level cache (0: none): an `mv` whose operator's
-        arrays and intermediates fit in it, run again and again, reads them at
-        `cache_bytes_per_second` (so does a product with a matrix that fits).
-    - `cache_bytes_per_second`: the rate of those reads.
-    - `compile_per_dot`, `compile_per_op`: compile time of one dot product, and
-        of any other operation, in one copy of `mv` (XLA:CPU emits code for each
-        matrix-vector product, which is slow to compile).
-    - `compile_per_site`: compile time every call site of a program adds whatever
-        its strategy (the code around the call, the call itself).
-    - `compile_per_batched_dot`: compile time of one dot product applied to a
-        block of vectors (as when building the matrix, or in a stacked `Roll`: a
-        library call).
-    - `materialise_fixed`: compile time of the machinery of one matrix build.
-    - `outline_site`: compile time of one outlined call site (a host callback).
-    - `outline_call`: fixed run-time cost of one outlined call.
-    - `callback_bytes_per_second`: rate at which an outlined call hands the
-        operator's arrays to its callee.
-    - `matmul_site`: compile time of one matrix-vector product site.
-    - `build_chunk`: columns built together when materialising.
-    - `factor_flops_per_second`: throughput of a dense factorisation (LU,
-        Cholesky, QR), for `AutoSolver`'s choice between direct and iterative.
-    - `krylov_compile`: compile time of an iterative solver's loop, beyond its
-        copy of `mv`.
-    - `krylov_step`: fixed run time of one iteration of an iterative solver.
-    - `roll_fixed`: compile time of the loop of a rolled group of call sites.
-    - `roll_site`: compile time each rolled call site adds (its step's code, its
-        entry in the loop's tables).
-    - `roll_step`: fixed run time of one step of a rolled loop.
-    """
-
-    # Fitted to benchmarks/results/auto.json (2-core XLA:CPU, jax 0.10.2): the
-    # compile and run times of every fixed strategy at 1, 4 and 16 sites.
-    flops_per_second: float = 1.5e11
-    # Lazy run per mv in benchmarks/results/auto.json: ~2.8e10 B/s for 128 MiB of
-    # weights, ~5e10 B/s for 8 MiB (a 32 MiB last-level cache).
-    bytes_per_second: float = 2.7e10
-    cache_bytes: int = 32 * 2**20
-    cache_bytes_per_second: float = 5e10
-    compile_per_dot: float = 1e-2
-    compile_per_op: float = 2e-4
-    compile_per_site: float = 2e-2
-    compile_per_batched_dot: float = 2e-3
-    materialise_fixed: float = 0.08
-    outline_site: float = 2e-2
-    outline_call: float = 1e-4
-    callback_bytes_per_second: float = 3e9
-    matmul_site: float = 1e-2
-    build_chunk: int = 128
-    factor_flops_per_second: float = 2e10
-    krylov_compile: float = 0.25
-    krylov_step: float = 5e-6
-    roll_fixed: float = 0.015
-    roll_site: float = 6e-3
-    roll_step: float = 1e-5
-
-    def __check_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name == "build_chunk":
-                check_positive_int(value, f"CostModel({field.name}=...)")
-            elif "per_second" in field.name:
-                # A rate divides: zero would make every decision divide by zero.
-                check_positive_real(value, f"CostModel({field.name}=...)")
-            else:
-                check_tolerance(value, f"CostModel({field.name}=...)")
 
 
 def _workspace(o: Observation) -> int:
@@ -216,19 +126,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
         out.append(Estimate(Outline()))
         out.append(Estimate(Materialise()))
         return tuple(out)
-    out.append(
-        _estimate(
-            Outline(),
-            copy + site + k * model.outline_site,
-            runs
-            * (
-                run_mv
-                + model.outline_call
-                + o.operator_bytes / model.callback_bytes_per_second
-            ),
-            weight,
-        )
-    )
+    out.append(outline_estimate(o, model))
     chunk = build_chunk(o, model) if o.mv_batchable else None
     if chunk is None:
         out.append(Estimate(Materialise()))
@@ -247,6 +145,36 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
             )
         )
     return tuple(out)
+
+
+def outline_estimate(o: Observation, model: CostModel) -> Estimate:
+    """The `Outline` estimate: natively (`model.outline_native`), one copy of `mv`
+    plus `outline_clone` of a copy at each further site, run at native speed;
+    else a host callback at every site, each call paying a round trip and the
+    hand-over of the operator's arrays."""
+    copy = mv_compile(o, model)
+    k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
+    weight = max(o.runs, 1.0)
+    run_mv = mv_run(o, model)
+    if model.outline_native:
+        compile_seconds = copy * (1 + model.outline_clone * (k - 1))
+        return _estimate(
+            Outline(),
+            compile_seconds + k * model.compile_per_site,
+            runs * run_mv,
+            weight,
+        )
+    return _estimate(
+        Outline(),
+        copy + model.compile_per_site + k * model.outline_site,
+        runs
+        * (
+            run_mv
+            + model.outline_call
+            + o.operator_bytes / model.callback_bytes_per_second
+        ),
+        weight,
+    )
 
 
 def cheapest(candidates: Iterable[Estimate]) -> Estimate | None:

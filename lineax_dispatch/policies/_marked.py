@@ -18,7 +18,7 @@ import lineax as lx
 import numpy as np
 from jaxtyping import PyTree
 
-from .._compat import XLA_OUTLINE, hashable_partition, root_trace_ref
+from .._compat import hashable_partition, root_trace_ref, XLA_OUTLINE
 from ._base import AbstractPolicy, RawMv, with_top_policy
 from ._marked_call import MarkedCall
 from ._per_object import cached_per_object, per_object_cache

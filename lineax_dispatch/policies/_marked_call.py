@@ -19,7 +19,7 @@ from typing import Any
 import jax
 from jaxtyping import PyTree
 
-from .._compat import JAX_INLINE, XLA_OUTLINE, hashable_combine
+from .._compat import hashable_combine, JAX_INLINE, XLA_OUTLINE
 
 
 # Eagerly applied kinds whose compiled `mv`s are kept (the least recently used
