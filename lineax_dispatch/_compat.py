@@ -259,3 +259,48 @@ def scan_counts(eqn: Any) -> tuple[int, int]:
         )
     consts, carry, _ = ft_in.update(list(range(len(eqn.invars)))).unpack()
     return len(list(consts)), len(list(carry))
+
+
+def call_callee(eqn: Any) -> Any:
+    """The callee of a `jit` equation, as a closed jaxpr (`.jaxpr`, `.consts`): a
+    `ClosedJaxpr` on jax 0.10, a `Jaxpr` carrying its constants on jax >= 0.11
+    (where the two are one class and `.jaxpr` is the jaxpr itself).
+
+    **Arguments:**
+
+    - `eqn`: a `jit` equation.
+
+    **Returns:**
+
+    The callee; the same object for every call of one traced function.
+    """
+    return eqn.params["jaxpr"]
+
+
+def call_name(eqn: Any) -> str | None:
+    """The name of a `jit` equation's function (`None` for other equations).
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+
+    **Returns:**
+
+    A str or `None`.
+    """
+    name = eqn.params.get("name") if eqn.primitive.name == "jit" else None
+    return name if isinstance(name, str) else None
+
+
+def scan_length(eqn: Any) -> int:
+    """How many steps a `scan` equation runs.
+
+    **Arguments:**
+
+    - `eqn`: a `scan` equation.
+
+    **Returns:**
+
+    An int.
+    """
+    return int(eqn.params["length"])

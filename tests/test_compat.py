@@ -144,3 +144,64 @@ def test_closure_converted_jaxprs_and_their_constants():
     jax.make_jaxpr(outer)(jnp.eye(2))
     merged = jax.extend.core.ClosedJaxpr is jax.extend.core.Jaxpr
     assert seen == [True, merged], (merged, seen)
+
+
+def test_equation_parameters():
+    """`scan_counts`, `scan_length`, `call_callee`, `call_name`: the parameters of
+    `scan` and `jit` equations, whichever form this JAX gives them."""
+    m = jnp.arange(3.0)
+
+    def f(x):
+        (c, d), ys = jax.lax.scan(
+            lambda c, x: ((c[0] + x * m, c[1] * 2.0), c[0] * x), (x, x[0, 0]), x
+        )
+        named = jax.jit(lambda y: y * m)
+        return c, d, ys, named(x), named(2 * x)
+
+    jaxpr = jax.make_jaxpr(f)(jnp.ones((3, 3))).jaxpr
+    (scan,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
+    consts, carried = _compat.scan_counts(scan)
+    assert carried == 2 and consts == len(scan.invars) - 3
+    assert _compat.scan_length(scan) == 3
+    calls = [e for e in jaxpr.eqns if e.primitive.name == "jit"]
+    assert len(calls) == 2 and all(_compat.call_name(e) == "<lambda>" for e in calls)
+    assert _compat.call_name(scan) is None
+    callee = _compat.call_callee(calls[0])
+    assert callee is _compat.call_callee(calls[1])  # one trace for both calls
+    assert hasattr(callee, "jaxpr") and hasattr(callee, "consts")
+    assert [v.aval.shape for v in callee.jaxpr.outvars] == [(3, 3)]
+
+
+def test_inline_marks():
+    """`JAX_INLINE` puts a nested call's equations in the caller; `XLA_OUTLINE`
+    (jax >= 0.11 only) keeps one call equation, lowered as a call of one function
+    marked for XLA to inline late."""
+    inner = lambda y: jnp.sin(y) * 2.0
+    inlined = jax.make_jaxpr(lambda x: jax.jit(inner, inline=_compat.JAX_INLINE)(x))
+    assert [e.primitive.name for e in inlined(1.0).eqns] == ["sin", "mul"]
+    assert _compat.XLA_OUTLINE is None or hasattr(jax, "Inline")
+    if _compat.XLA_OUTLINE is None:
+        assert not hasattr(jax, "Inline")
+        return
+    outlined = jax.jit(inner, inline=_compat.XLA_OUTLINE)
+    program = lambda x: outlined(x) + outlined(2 * x)
+    (first, second) = [
+        e for e in jax.make_jaxpr(program)(1.0).eqns if e.primitive.name == "jit"
+    ]
+    assert _compat.is_outlined_call(first) and _compat.is_outlined_call(second)
+    plain = [e for e in jax.make_jaxpr(lambda x: jax.jit(inner)(x))(1.0).eqns]
+    assert not _compat.is_outlined_call(plain[0])
+    assert _compat.is_outlined_call(_compat.outlined_call(plain[0]))
+    text = jax.jit(program).lower(1.0).as_text()
+    assert text.count('inlineable = "xla_late"') == 2
+    assert text.count("stablehlo.sine") == 1
+
+
+def test_with_jaxpr():
+    """`with_jaxpr`: a `jax.stages.Traced` with its program replaced, lowered and
+    run without tracing again."""
+    traced = jax.jit(lambda x: x * 2.0).trace(jnp.ones(3))
+    other = jax.make_jaxpr(lambda x: x * 3.0)(jnp.ones(3))
+    replaced = _compat.with_jaxpr(traced, other)
+    assert replaced is not None, "jax.stages.Traced changed: update _compat.with_jaxpr"
+    np.testing.assert_allclose(replaced.lower().compile()(jnp.ones(3)), 3.0)

@@ -15,6 +15,8 @@ from typing import Any
 
 import jax.extend.core as jex
 
+from .._compat import call_callee
+
 
 # Work worth moving out of the loop: a dot product, a linear solve, a loop, a
 # factorisation. (Cheap invariant code stays where it is: moving it would only
@@ -77,7 +79,7 @@ def split_invariant(call: Any, varying: tuple[int, ...]) -> Hoisted | None:
     """
     if call.primitive.name != "jit":
         return None
-    callee = call.params["jaxpr"]
+    callee = call_callee(call)
     if callee.effects:
         return None
     jaxpr = callee.jaxpr

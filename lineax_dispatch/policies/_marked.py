@@ -18,7 +18,7 @@ import lineax as lx
 import numpy as np
 from jaxtyping import PyTree
 
-from .._compat import hashable_partition, root_trace_ref, XLA_OUTLINE
+from .._compat import call_name, hashable_partition, root_trace_ref, XLA_OUTLINE
 from ._base import AbstractPolicy, RawMv, with_top_policy
 from ._marked_call import MarkedCall
 from ._per_object import cached_per_object, per_object_cache
@@ -230,12 +230,8 @@ def is_marked(eqn: Any) -> bool:
 
     A bool.
     """
-    name = eqn.params.get("name")
-    return (
-        eqn.primitive.name == "jit"
-        and isinstance(name, str)
-        and name.startswith(MARKED_NAME)
-    )
+    name = call_name(eqn)
+    return name is not None and name.startswith(MARKED_NAME)
 
 
 def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:

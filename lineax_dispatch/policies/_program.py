@@ -9,6 +9,7 @@ import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
+from .._compat import call_callee, call_name, scan_length
 from ._cost import jaxpr_cost
 from ._decide import cheapest, decide
 from ._decision import Decision
@@ -94,7 +95,7 @@ def _factor(eqn: Any) -> float:
     """How many times a sub-program of `eqn` runs per run of `eqn`."""
     name = eqn.primitive.name
     if name == "scan":
-        return float(eqn.params["length"])
+        return float(scan_length(eqn))
     if name == "while":
         return NESTED_EXECUTIONS
     return 1.0
@@ -133,8 +134,8 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
         return found
 
     def group_of(eqn: Any) -> Group:
-        callee = eqn.params["jaxpr"]
-        key = (str(eqn.params.get("name")), id(callee))
+        callee = call_callee(eqn)
+        key = (str(call_name(eqn)), id(callee))
         if key not in groups:
             groups[key] = Group(key[0], callee)
         return groups[key]

@@ -12,7 +12,7 @@ import equinox.internal as eqxi
 import jax
 import jax.extend.core as jex
 
-from .._compat import outlined_call, XLA_OUTLINE
+from .._compat import call_callee, outlined_call, XLA_OUTLINE
 from ._outline import _AbstractMv, JaxprMv
 
 
@@ -50,7 +50,7 @@ def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
     eqns = []
     changed = False
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "jit" and eqn.params["jaxpr"] is old:
+        if eqn.primitive.name == "jit" and call_callee(eqn) is old:
             if new is None:
                 eqn = outlined_call(eqn)
             else:

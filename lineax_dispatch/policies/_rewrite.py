@@ -10,7 +10,7 @@ import jax
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
-from .._compat import weakly_typed
+from .._compat import call_callee, weakly_typed
 from ._marked import is_marked
 from ._program import Action, find_groups
 from ._program_materialise import materialised_function
@@ -164,9 +164,10 @@ def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
             changed = any(a is not b for a, b in zip(invars, eqn.invars))
             eqns.append(eqn.replace(invars=invars) if changed else eqn)
             continue
-        callee = eqn.params["jaxpr"].jaxpr
+        closed_callee = call_callee(eqn)
+        callee = closed_callee.jaxpr
         env = {inner: read(outer) for inner, outer in zip(callee.invars, eqn.invars)}
-        for inner, value in zip(callee.constvars, eqn.params["jaxpr"].consts):
+        for inner, value in zip(callee.constvars, closed_callee.consts):
             env[inner] = jex.Var(inner.aval)
             constvars.append(env[inner])
             consts.append(value)

@@ -11,6 +11,7 @@ import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 
+from .._compat import call_callee
 from ._cost import batchable
 from ._roll import call_with, eval_eqns, prologue
 from ._roll_plan import call_group
@@ -56,7 +57,7 @@ def plan_stack(jaxpr: Any, sites: Sequence[int]) -> StackPlan | None:
     group = call_group(jaxpr, sites)
     if group is None or not group[2] or group[1][0].effects:
         return None
-    if not batchable(group[1][0].params["jaxpr"].jaxpr):
+    if not batchable(call_callee(group[1][0]).jaxpr):
         return None
     sites, _, varying = group
     eqns = jaxpr.eqns
