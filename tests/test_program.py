@@ -456,7 +456,10 @@ def test_sites_a_loop_cannot_roll_are_not_decided_rolled():
 
     x, key = jnp.ones(16), jax.random.key(0)
     expected = jax.jit(program(lxd.FunctionLinearOperator(fn, structure)))(x, key)
-    for model in (ROLL_MODEL, lxd.CostModel(outline_site=0.0, roll_fixed=1e3)):
+    for model in (
+        ROLL_MODEL,
+        lxd.CostModel(outline_site=0.0, outline_clone=0.0, roll_fixed=1e3),
+    ):
         auto = lxd.Auto(memory_budget=100, cost_model=model)
         compiled = lxd.jit(
             program(lxd.FunctionLinearOperator(fn, structure, policy=auto))
