@@ -147,6 +147,11 @@ def test_bad_vectors(vectors, match):
     op = _function_operator(_spd())
     with pytest.raises(ValueError, match=f"`vectors`.*{match}"):
         lxd.batch_solve(op, vectors)
+    if match == "dtype":
+        # `mv` casts a vector of a dtype that promotes safely; so does `batch_mv`.
+        expected = jnp.stack([op.mv(v) for v in vectors])
+        np.testing.assert_allclose(lxd.batch_mv(op, vectors), expected, rtol=1e-6)
+        return
     with pytest.raises(ValueError, match="`vectors`"):
         lxd.batch_mv(op, vectors)
 

@@ -233,3 +233,58 @@ def test_batch_api_argument_errors():
     np.testing.assert_allclose(sol.value, lxd.batch_solve(operator, bs, lx.LU()).value)
     with pytest.raises(ValueError, match="`mesh`"):
         lxd.batch_solve(operator, bs, lx.LU(), mesh=3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_bicgstab_solves_an_exact_one_step_system(dtype):
+    """`b` an eigenvector of A: the first half-step solves the system exactly
+    (s = 0, so t = A s = 0, and omega = 0/0 gave NaN marked not successful). An
+    exact solve is a success, as `optx.root_find` with Newton and BiCGStab needs
+    on such a Jacobian."""
+    n = 4
+    b = jnp.ones(n, dtype)
+    for operator in (
+        lxd.MatrixLinearOperator(2 * jnp.eye(n, dtype=dtype)),
+        lxd.FunctionLinearOperator(lambda x: 2 * x, jax.ShapeDtypeStruct((n,), dtype)),
+    ):
+        solution = lx.linear_solve(operator, b, lxd.BiCGStab(1e-6, 1e-6), throw=False)
+        assert solution.result == lx.RESULTS.successful
+        np.testing.assert_allclose(solution.value, 0.5 * np.ones(n), rtol=1e-6)
+    # Singular on s (A s = 0 with s != 0): a breakdown, not a success.
+    singular = lxd.MatrixLinearOperator(jnp.diag(jnp.array([1.0, 0.0], dtype)))
+    solution = lx.linear_solve(
+        singular, jnp.ones(2, dtype), lxd.BiCGStab(1e-6, 1e-6), throw=False
+    )
+    assert solution.result != lx.RESULTS.successful
+
+
+def test_lsmr_with_no_steps_is_not_a_success():
+    """`LSMR(max_steps=0)` takes no step: the initial guess, `max_steps_reached`
+    and 0 steps (lineax, whose bug ours had copied, takes one and reports the
+    non-solution as a success); a right-hand side the guess already solves is a
+    success."""
+    matrix = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 7.0]])
+    operator = lxd.MatrixLinearOperator(matrix)
+    solver = lxd.LSMR(1e-6, 1e-6, max_steps=0)
+    b = jnp.array([1.0, 2.0, 3.0])
+    solution = lx.linear_solve(operator, b, solver, throw=False)
+    assert solution.result == lx.RESULTS.max_steps_reached
+    assert int(solution.stats["num_steps"]) == 0
+    np.testing.assert_allclose(solution.value, 0.0)
+    solved = lx.linear_solve(operator, jnp.zeros(3), solver, throw=False)
+    assert solved.result == lx.RESULTS.successful
+    # One step allowed: lineax's count, one step.
+    one = lx.linear_solve(operator, b, lxd.LSMR(1e-6, 1e-6, max_steps=1), throw=False)
+    assert int(one.stats["num_steps"]) == 1
+
+
+def test_batch_mv_casts_an_integer_stack_as_mv_casts_a_vector():
+    matrix = jnp.arange(9.0).reshape(3, 3)
+    operator = lxd.MatrixLinearOperator(matrix)
+    stack = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
+    got = lxd.batch_mv(operator, stack)
+    assert got.dtype == matrix.dtype
+    expected = jnp.stack([operator.mv(v) for v in stack])
+    np.testing.assert_allclose(got, expected)
+    with pytest.raises(ValueError, match="vectors"):
+        lxd.batch_mv(operator, jnp.ones((2, 3), jnp.complex64))

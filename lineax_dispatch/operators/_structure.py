@@ -34,12 +34,13 @@ def structures_match(
         return False
     return all(
         tuple(g.shape) == tuple(e.shape)
-        and (g.dtype == e.dtype or (promote and _promotes_to(g.dtype, e.dtype)))
+        and (g.dtype == e.dtype or (promote and promotes_to(g.dtype, e.dtype)))
         for g, e in zip(got_leaves, expected_leaves)
     )
 
 
-def _promotes_to(got, expected) -> bool:
+def promotes_to(got, expected) -> bool:
+    """Whether dtype `got` promotes safely to `expected` (standard promotion)."""
     with jax.numpy_dtype_promotion("standard"):
         return jnp.promote_types(got, expected) == jnp.dtype(expected)
 

@@ -42,9 +42,13 @@ class _ScopeRef(_Unkeyed):
 
 
 class _RecordRef(_Unkeyed):
-    """The record of the decision a pinned policy applies: a later program that
-    reuses the trace of its solve (a jit cache hit, which runs no `init`) reads the
-    record from its own program (`carried_solves`)."""
+    """The record of the decision a pinned policy applies (`None` where no
+    `lxd.jit` or `lxd.explain` trace was running): a later program that reuses the
+    trace of its solve (a jit cache hit, which runs no `init`) reads the record
+    from its own program (`carried_solves`). Always present, with or without a
+    record, so that the policy's structure is the same in every trace of one solve
+    (optimistix compares the structures of a primal and its JVP; a missing leaf
+    shifted the static leaves after it)."""
 
     __slots__ = ("record",)
 
@@ -63,7 +67,7 @@ class _Pinned(AbstractPolicy):
 
     policy: AbstractPolicy
     scope: _ScopeRef = eqx.field(static=True)
-    record: _RecordRef | None = eqx.field(static=True, default=None)
+    record: _RecordRef = eqx.field(static=True, default=_RecordRef(None))
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
@@ -88,12 +92,11 @@ def pinned(
 
     A policy.
     """
-    ref = None if record is None else _RecordRef(record)
-    return _Pinned(policy, _ScopeRef(scope), ref)
+    return _Pinned(policy, _ScopeRef(scope), _RecordRef(record))
 
 
 def carried_record(policy: Any) -> Any:
     """The `SolveRecord` a pinned policy carries, else `None`."""
-    if isinstance(policy, _Pinned) and policy.record is not None:
+    if isinstance(policy, _Pinned):
         return policy.record.record
     return None

@@ -17,6 +17,7 @@ from ..operators import (
     MatrixLinearOperator,
     with_policy,
 )
+from ..operators._structure import promotes_to
 from ..policies import (
     AbstractPolicy,
     Auto,
@@ -34,9 +35,14 @@ from ._prepare import _single_array, _tags, expected_iterations
 
 
 def check_vectors(
-    vectors: PyTree[Any], structure: PyTree[jax.ShapeDtypeStruct], what: str
+    vectors: PyTree[Any],
+    structure: PyTree[jax.ShapeDtypeStruct],
+    what: str,
+    promote: bool = False,
 ) -> int:
-    """Checks that `vectors` is `structure` with a leading batch axis on every leaf.
+    """Checks that `vectors` is `structure` with a leading batch axis on every leaf
+    (with `promote`, a dtype that promotes safely to the structure's also passes,
+    as `mv` casts an integer vector).
 
     **Returns:**
 
@@ -63,7 +69,10 @@ def check_vectors(
         shape = tuple(jnp.shape(leaf))
         if len(shape) != len(spec.shape) + 1 or shape[1:] != tuple(spec.shape):
             raise ValueError(message + ".")
-        if jnp.result_type(leaf) != jnp.dtype(spec.dtype):
+        dtype = jnp.result_type(leaf)
+        if dtype != jnp.dtype(spec.dtype) and not (
+            promote and promotes_to(dtype, spec.dtype)
+        ):
             raise ValueError(message + " (a different dtype).")
         sizes.add(shape[0])
     if len(sizes) > 1:
@@ -143,7 +152,10 @@ def batch_mv(
     _check_operator(operator, "batch_mv")
     if policy is not None:
         policy = check_policy(policy)
-    check_vectors(vectors, operator.in_structure(), "input structure")
+    structure = operator.in_structure()
+    check_vectors(vectors, structure, "input structure", promote=True)
+    # Cast as `mv` casts one vector (an integer one to the operator's dtype).
+    vectors = jtu.tree_map(lambda x, s: jnp.asarray(x, s.dtype), vectors, structure)
     return _batch_mv_jit(operator, vectors, policy)
 
 

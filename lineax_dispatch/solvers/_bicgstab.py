@@ -137,7 +137,13 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             alpha_new = rho_new / dot(s.rhat, out)
             s_new = s.r - alpha_new * out
             # Second half-step: t = A M s.
-            omega_new = dot(out, s.s) / dot(out, out)
+            # `t = 0` where `s = 0`: the first half-step solved the system exactly
+            # (b an eigenvector of A, say). omega = 0 then keeps the update
+            # `alpha p` and the residual `s` (0/0 gave NaN); the loop stops on
+            # convergence, or reports `breakdown` where `s` is not 0.
+            tt = dot(out, out)
+            nonzero = tt != 0
+            omega_new = jnp.where(nonzero, dot(out, s.s) / jnp.where(nonzero, tt, 1), 0)
             diff = s.alpha * s.x + omega_new * m
             is_s = phase == _S_HALF
             b_scale, finite = system.from_first_residual(
@@ -154,7 +160,9 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
                 alpha=jnp.where(is_p, alpha_new, s.alpha),
                 omega=jnp.where(is_s, omega_new, s.omega),
                 rho=jnp.where(is_p, rho_new, s.rho),
-                diff=jnp.where(is_s, diff, s.diff),
+                # With s = 0 the residual is exactly 0: the update test (lineax's
+                # guard against stagnation) does not apply to an exact solve.
+                diff=jnp.where(is_s, jnp.where(nonzero, diff, 0), s.diff),
                 step=s.step + is_s.astype(s.step.dtype),
                 phase=jnp.where(is_p, _S_HALF, _P_HALF),
                 finite=finite,

@@ -187,6 +187,10 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             # solves the well posed problem; alpha == 0 means x exactly solves the
             # least squares problem: stop at once, avoiding division by zero.
             istop = jnp.where(beta == 0, 1, jnp.where(alpha == 0, 2, 0))
+            if max_steps == 0:
+                # No step allowed: x0 unless it already solves (lineax took a
+                # step and reported success with it).
+                istop = jnp.where(istop == 0, 4, istop)
             start = s._replace(
                 first=jnp.array(False),
                 u=u,
@@ -221,7 +225,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         stats = dict(num_steps=s.itn, istop=s.istop, norm_r=s.normr)
         stats.update(norm_Ar=s.normAr, norm_A=jnp.sqrt(s.normA2))
         stats.update(cond_A=s.condA, norm_x=norm_x(s.x))
-        result = self.steps_result(s.itn == max_steps)
+        result = self.steps_result(s.istop == 4)
         result = lx.RESULTS.where(s.istop < 3, lx.RESULTS.successful, result)
         result = lx.RESULTS.where(s.istop == 3, lx.RESULTS.conlim, result)
         result = finish_result(result, s.finite)
