@@ -6,6 +6,7 @@ import weakref
 from typing import Any
 
 import jax
+import jax.extend.core as _jex
 import lineax as lx
 from equinox._compile_utils import (
     hashable_combine as hashable_combine,
@@ -17,6 +18,7 @@ from jax._src import (
     stages as _jax_stages,
 )
 from jax._src.lax import lax as _jax_lax
+from jax.interpreters import ad as _ad, batching as _batching, mlir as _mlir
 
 
 # `hashable_partition(tree, filter_fn) -> (dynamic leaves, (static leaves, treedef))`
@@ -304,3 +306,55 @@ def scan_length(eqn: Any) -> int:
     An int.
     """
     return int(eqn.params["length"])
+
+
+def define_call_primitive(
+    name: str,
+    *,
+    impl: Any,
+    abstract_eval: Any,
+    jvp: Any,
+    transpose: Any,
+    batch: Any,
+) -> Any:
+    """A new primitive of several results, its rules registered with JAX: `impl`
+    evaluates it (and, traced, is what it lowers to), `abstract_eval` gives its
+    outputs' avals, `jvp(primals, tangents, **params)` returns `(outputs,
+    tangents)`, `transpose(cotangents, *inputs, **params)` the inputs' cotangents
+    (see `is_undefined_primal`), and `batch(inputs, dims, **params)` `(outputs,
+    dims)` (a dim is `None` where an input is not batched).
+
+    **Arguments:**
+
+    - `name`: the primitive's name, as its equations show it.
+    - `impl`, `abstract_eval`, `jvp`, `transpose`, `batch`: its rules.
+
+    **Returns:**
+
+    A `jax.extend.core.Primitive`.
+    """
+    primitive = _jex.Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(impl)
+    primitive.def_abstract_eval(abstract_eval)
+    _ad.primitive_jvps[primitive] = jvp
+    _ad.primitive_transposes[primitive] = transpose
+    _batching.primitive_batchers[primitive] = batch
+    _mlir.register_lowering(primitive, _mlir.lower_fun(impl, multiple_results=True))
+    return primitive
+
+
+def is_undefined_primal(x: Any) -> bool:
+    """Whether a transpose rule's input `x` is one to transpose with respect to (an
+    `UndefinedPrimal`, whose `.aval` is its type), not a known value."""
+    return isinstance(x, _ad.UndefinedPrimal)
+
+
+def is_symbolic_zero(x: Any) -> bool:
+    """Whether a tangent or cotangent is JAX's symbolic zero."""
+    return isinstance(x, _ad.Zero)
+
+
+def symbolic_zero(aval: Any) -> Any:
+    """JAX's symbolic zero tangent (or cotangent) of a value of type `aval`."""
+    return _ad.Zero(aval.to_tangent_aval())

@@ -214,7 +214,10 @@ def test_auto_solver_selects_by_budget_and_tags():
         lxd.AutoSolver(memory_budget=1, well_posed=False).select(tall), lxd.LSMR
     )
     with pytest.raises(ValueError, match="square"):
-        lxd.AutoSolver().select(tall)
+        lxd.AutoSolver(well_posed=True).select(tall)
+    # The default, `well_posed=None` (optimistix's least squares): QR, or LSMR.
+    assert isinstance(lxd.AutoSolver().select(tall), lx.AutoLinearSolver)
+    assert isinstance(lxd.AutoSolver(memory_budget=1).select(tall), lxd.LSMR)
     b = jnp.arange(1.0, n + 1)
     for op in (spd, sym, gen):
         for solver in (

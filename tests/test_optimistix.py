@@ -68,6 +68,9 @@ LSQ_LINEAR_SOLVERS = {
     "AutoSolver-iterative": lambda: lxd.AutoSolver(
         **TOL, well_posed=False, memory_budget=1
     ),
+    # `well_posed` left at its default, as a least-squares user writes it.
+    "AutoSolver-default": lambda: lxd.AutoSolver(),
+    "AutoSolver-default-iterative": lambda: lxd.AutoSolver(**TOL, memory_budget=1),
     "QR+Auto": lambda: lxd.PolicySolver(lx.QR(), lxd.Auto()),
     "Normal(CG)+Auto": lambda: lxd.PolicySolver(lxd.Normal(lxd.CG(**TOL)), lxd.Auto()),
 }

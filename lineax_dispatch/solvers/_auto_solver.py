@@ -111,7 +111,7 @@ class AutoSolver(lx.AbstractLinearSolver):
     rtol: float = 1e-6
     atol: float = 1e-6
     max_steps: int | None = None
-    well_posed: bool | None = True
+    well_posed: bool | None = None
     memory_budget: int | None = eqx.field(default=None, converter=optional_budget)
     cost_model: CostModel = CostModel()
 
@@ -277,10 +277,14 @@ class AutoSolver(lx.AbstractLinearSolver):
 AutoSolver.__init__.__doc__ = """**Arguments:**
 
 - `rtol`, `atol`, `max_steps`: for the iterative solver, if one is chosen.
-- `well_posed`: as lineax's `AutoLinearSolver`: `True` (the default) for square
-    nonsingular systems; `None` for square systems assumed nonsingular; `False`
-    for least-squares and minimum-norm solutions (lineax's SVD when direct,
-    `LSMR` when iterative).
+- `well_posed`: as lineax's `AutoLinearSolver`: `None` (the default, as
+    optimistix's least-squares solvers use) for a square operator assumed
+    nonsingular or a rectangular one assumed of full rank (lineax's QR when
+    direct, `LSMR` when iterative), so `GaussNewton`, `Dogleg` and the
+    Levenberg-Marquardt solvers take a bare `AutoSolver()`; `True` for square
+    nonsingular operators only (a rectangular one is an error); `False` for
+    least-squares and minimum-norm solutions of any operator (lineax's SVD when
+    direct, `LSMR` when iterative).
 - `memory_budget`: bytes or a string like `"2GB"` the dense matrix and its factors
     may take; `None` uses the operator's `Auto` budget, else half of the free
     memory.

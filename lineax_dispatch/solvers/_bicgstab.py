@@ -51,7 +51,11 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
     iterates. lineax's BiCGStab writes `mv` three times (initial residual and the
     two products of each step). Here one BiCGStab step is two passes through a loop
     with a single slot, `A M p` on the first half-step and `A M s` on the second,
-    and the initial residual is a third kind of pass through the same slot.
+    and the initial residual is a third kind of pass through the same slot. A step
+    whose updated residual passes the stopping test is followed by such a pass:
+    the solve stops only if the true residual `b - A y` passes it too, and
+    otherwise restarts from `y` (lineax's test reads the updated residual, which
+    drifts from the true one and can shrink below the dtype's precision).
 
     `options`:
 
@@ -146,20 +150,22 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             omega_new = jnp.where(nonzero, dot(out, s.s) / jnp.where(nonzero, tt, 1), 0)
             diff = s.alpha * s.x + omega_new * m
             is_s = phase == _S_HALF
+            # Only the first residual pass (before any step) reads `b`'s scale.
             b_scale, finite = system.from_first_residual(
-                is_res, out, self.b_scale, (s.b_scale, s.finite)
+                is_res & (s.step == 0), out, self.b_scale, (s.b_scale, s.finite)
             )
-            return _Loop(
+            new = _Loop(
                 y=jnp.where(is_s, s.y + diff, s.y),
                 r=jnp.where(is_res, out, jnp.where(is_s, s.s - omega_new * out, s.r)),
                 rhat=jnp.where(is_res, out, s.rhat),
-                p=jnp.where(is_p, p_new, s.p),
-                v=jnp.where(is_p, out, s.v),
+                # A residual pass (re)starts the recurrence from the true residual.
+                p=jnp.where(is_p, p_new, jnp.where(is_res, 0, s.p)),
+                v=jnp.where(is_p, out, jnp.where(is_res, 0, s.v)),
                 s=jnp.where(is_p, s_new, s.s),
                 x=jnp.where(is_p, m, s.x),
-                alpha=jnp.where(is_p, alpha_new, s.alpha),
-                omega=jnp.where(is_s, omega_new, s.omega),
-                rho=jnp.where(is_p, rho_new, s.rho),
+                alpha=jnp.where(is_p, alpha_new, jnp.where(is_res, one, s.alpha)),
+                omega=jnp.where(is_s, omega_new, jnp.where(is_res, one, s.omega)),
+                rho=jnp.where(is_p, rho_new, jnp.where(is_res, one, s.rho)),
                 # With s = 0 the residual is exactly 0: the update test (lineax's
                 # guard against stagnation) does not apply to an exact solve.
                 diff=jnp.where(is_s, jnp.where(nonzero, diff, 0), s.diff),
@@ -168,6 +174,10 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
                 finite=finite,
                 b_scale=b_scale,
             )
+            # A step that passes the test on the updated residual is checked: the
+            # next pass computes the true residual.
+            check = is_s & ~self.not_converged(system, new)
+            return new._replace(phase=jnp.where(check, _RESIDUAL, new.phase))
 
         s = lax.while_loop(cond_fun, body_fun, init)
         nc = self.not_converged(system, s)

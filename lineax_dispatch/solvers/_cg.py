@@ -60,7 +60,11 @@ class CG(AbstractOneSiteSolver[_CGState]):
     this one has a single application slot in its loop, fed with the search
     direction on an ordinary step and with the current iterate on a residual step
     (the first step and every `stabilise_every`-th). Each refresh therefore costs
-    one extra pass through the loop rather than a second copy of `mv`.
+    one extra pass through the loop rather than a second copy of `mv`. A step whose
+    updated residual passes the stopping test is followed by such a pass, and the
+    solve stops only if the true residual passes it too (otherwise CG goes on from
+    it): a reported success is one of the true residual, where lineax's test reads
+    the updated one, which can shrink below the dtype's precision.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -180,22 +184,23 @@ class CG(AbstractOneSiteSolver[_CGState]):
             z = precond(r)
             gamma_new = dot(z, r)
             beta = select(first, 0, gamma_new / select(first, 1, gamma))
-            mode = select(bad, code, select(refresh, _RESIDUAL, _STEP))
+            new = s._replace(y=y, r=r, diff=diff, step=step, b_scale=b_scale)
+            unconverged = self.not_converged(system, new)
+            # A step whose updated residual passes the test is checked: the next
+            # pass computes the true residual `b - A y` (the updated one drifts
+            # from it, and goes on shrinking below the dtype's precision), and the
+            # loop stops only if that passes too.
+            check = step_taken & ~unconverged
+            mode = select(bad, code, select(refresh | check, _RESIDUAL, _STEP))
             # (Read from `mode`, which the loop carries anyway, rather than from
             # `refresh` and `bad`: one scalar kernel fewer.)
             advance = mode == _STEP
-            new = _Loop(
-                y=y,
-                r=r,
+            return new._replace(
                 p=select(advance, z + beta * p, p),
-                diff=diff,
                 gamma=select(advance, gamma_new, gamma),
-                step=step,
                 mode=mode,
-                unconverged=s.unconverged,
-                b_scale=b_scale,
+                unconverged=unconverged,
             )
-            return new._replace(unconverged=self.not_converged(system, new))
 
         s = lax.while_loop(cond_fun, body_fun, init)
         # `gamma = <M r, r>` is that of the final residual: every pass that changes

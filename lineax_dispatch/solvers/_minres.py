@@ -21,8 +21,9 @@ _MINRESState: TypeAlias = lx.AbstractLinearOperator
 class _Loop(NamedTuple):
     """MINRES's loop state, named as in scipy's: the iterate `y`, the Lanczos
     vectors `v`, `r1`, `r2`, the update directions `w`, `w2`, the Lanczos and
-    Givens scalars and `phibar`, the residual's 2-norm estimate; `finite` and the
-    tolerance `tol` describe the right-hand side."""
+    Givens scalars and `phibar`, the residual's 2-norm estimate (`checked` where
+    the last pass computed it from the true residual); `finite` and the tolerance
+    `tol` describe the right-hand side."""
 
     y: Inexact[Array, " n"]
     v: Inexact[Array, " n"]
@@ -40,6 +41,7 @@ class _Loop(NamedTuple):
     cs: Real[Array, ""]
     step: Int[Array, ""]
     started: Bool[Array, ""]
+    checked: Bool[Array, ""]
     breakdown: Bool[Array, ""]
     singular: Bool[Array, ""]
     finite: Bool[Array, ""]
@@ -53,17 +55,22 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
     The preconditioned MINRES of Paige and Saunders, with the same iterates as
     `scipy.sparse.linalg.minres`. Lineax has no MINRES. The loop body has a single
     application slot: the first pass feeds it the initial estimate and asks for the
-    residual `b - A y0`, every later pass feeds it the current Lanczos vector. The
-    preconditioner is likewise applied once per pass.
+    residual `b - A y0`, a step feeds it the current Lanczos vector, and the check
+    of the true residual (below) feeds it the iterate. The preconditioner is
+    likewise applied once per pass.
 
-    MINRES does not form its residual vector, so the stopping test is on its running
-    estimate `phibar` of the residual's 2-norm: the solve stops once
-    `phibar <= atol + rtol * ||b||_2`. (This differs from lineax's elementwise test
-    on the residual and the last update; `norm` is not used.) With a preconditioner
-    `M`, `phibar` measures the residual in the norm `sqrt(r^H M r)`. The solve also
-    stops when the Lanczos process ends (beta negligible against the estimate of
-    `||A||`: the Krylov subspace is invariant and the iterate exact up to rounding),
-    and after `max_steps` steps.
+    MINRES does not form its residual vector: its stopping test is on its running
+    estimate `phibar` of the residual's 2-norm, `phibar <= atol + rtol * ||b||_2`.
+    (This differs from lineax's elementwise test on the residual and the last
+    update; `norm` is not used.) With a preconditioner `M`, `phibar` measures the
+    residual in the norm `sqrt(r^H M r)`. The estimate goes on shrinking below the
+    precision of the dtype, so once it passes the test (or the Lanczos process
+    ends: beta negligible against the estimate of `||A||`), one more pass through
+    the slot computes the true residual `b - A y`, and the solve stops only if that
+    passes the same test. Otherwise MINRES restarts from `y` with that residual
+    (a fresh Lanczos process; the steps already taken count towards `max_steps`).
+    A true residual that cannot be reduced further (the restarted process ends at
+    once) stops the solve with `stagnation`.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -72,6 +79,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
     - `y0`: the initial estimate of the solution. Defaults to zeros.
 
     Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax);
+    `stagnation` when the true residual misses the tolerance and cannot be reduced;
     `singular` when, short of the tolerance, the projected tridiagonal matrix loses
     rank or `||A r||` becomes negligible against `||A|| ||r||` (a least-squares
     solution); `breakdown` when the preconditioner is found indefinite;
@@ -139,6 +147,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             cs=jnp.array(-1, real),
             step=jnp.array(0),
             started=jnp.array(False),
+            checked=jnp.array(False),
             breakdown=jnp.array(False),
             singular=jnp.array(False),
             finite=finite,
@@ -148,30 +157,41 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         def not_converged(s: _Loop):
             return s.phibar > s.tol
 
-        def cond_fun(s: _Loop):
-            going = s.finite & ~s.breakdown & ~s.singular
+        def ended(s: _Loop):
             # The Lanczos process has ended when beta is negligible against the
             # estimate of the operator's norm, `sqrt(tnorm2)`.
-            ended = s.beta <= rcond * jnp.sqrt(s.tnorm2)
-            iterate = ~ended & (s.step < max_steps) & not_converged(s)
-            return going & (~s.started | iterate)
+            return s.beta <= rcond * jnp.sqrt(s.tnorm2)
+
+        def residual_pass(s: _Loop):
+            # The first pass, and a check of the true residual once the estimate
+            # passes the test or the process ends (a restart where it fails).
+            return ~s.started | (~s.checked & (~not_converged(s) | ended(s)))
+
+        def cond_fun(s: _Loop):
+            going = s.finite & ~s.breakdown
+            iterate = (
+                ~s.singular & ~ended(s) & (s.step < max_steps) & not_converged(s)
+            )
+            return going & (residual_pass(s) | iterate)
 
         def body_fun(s: _Loop) -> _Loop:
             first = ~s.started
+            restart = residual_pass(s)
             v, beta, oldb, phibar = s.v, s.beta, s.oldb, s.phibar
-            # The one application slot: the residual at y0 on the first pass, else
-            # the operator applied to the Lanczos vector.
-            out = system.apply(jnp.where(first, y0, v), first)
+            # The one application slot: the residual at the iterate on a residual
+            # pass (y0 on the first), else the operator applied to the Lanczos
+            # vector.
+            out = system.apply(jnp.where(restart, s.y, v), restart)
             # Lanczos: u = A v - (beta / oldb) r1 - (alpha / beta) r2.
             u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s.r1
             alpha = jnp.real(dot(v, u))
             u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s.r2
-            u = jnp.where(first, out, u)
+            u = jnp.where(restart, out, u)
             z = precond(u)
             beta_sq = jnp.real(dot(u, z))
             breakdown = beta_sq < 0
             beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
-            step = ~first
+            step = ~restart
             # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
             # Unlike scipy, it leaves out the first beta, the norm of the residual.
             entries = alpha**2 + beta_new**2 + jnp.where(oldb > 0, beta**2, 0)
@@ -192,31 +212,35 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             degenerate = step & (gamma_raw <= small)
             singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
             take = step & ~degenerate
-            phibar = jnp.where(first, beta_new, jnp.where(take, sn * phibar, phibar))
+            phibar = jnp.where(restart, beta_new, jnp.where(take, sn * phibar, phibar))
             tol, finite = system.from_first_residual(
                 first, out, tolerance, (s.tol, s.finite)
             )
 
-            def pick(new, old):
-                return jnp.where(step, new, old)
+            def pick(new, old, start=None):
+                # A step's value; on a residual pass the old one, or `start` where
+                # the pass restarts the process.
+                kept = old if start is None else jnp.where(restart, start, old)
+                return jnp.where(step, new, kept)
 
             return _Loop(
                 y=jnp.where(take, s.y + phi * w, s.y),
                 v=z / jnp.where(beta_new > 0, beta_new, 1),
                 r1=pick(s.r2, s.r1),
                 r2=u,
-                w=pick(w, s.w),
-                w2=pick(s.w, s.w2),
+                w=pick(w, s.w, zeros),
+                w2=pick(s.w, s.w2, zeros),
                 beta=beta_new,
-                oldb=pick(beta, oldb),
+                oldb=pick(beta, oldb, zero),
                 tnorm2=tnorm2,
-                dbar=pick(dbar, s.dbar),
-                epsln=pick(s.sn * beta_new, s.epsln),
+                dbar=pick(dbar, s.dbar, zero),
+                epsln=pick(s.sn * beta_new, s.epsln, zero),
                 phibar=phibar,
-                sn=pick(sn, s.sn),
-                cs=pick(cs, s.cs),
+                sn=pick(sn, s.sn, zero),
+                cs=pick(cs, s.cs, jnp.array(-1, real)),
                 step=s.step + step.astype(s.step.dtype),
                 started=jnp.array(True),
+                checked=restart,
                 breakdown=s.breakdown | breakdown,
                 singular=s.singular | singular,
                 finite=finite,
@@ -232,7 +256,10 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             max_steps,
             nc,
             finite_input=s.finite,
-            codes=((s.singular & nc, lx.RESULTS.singular),),
+            codes=(
+                (ended(s) & nc, lx.RESULTS.stagnation),
+                (s.singular & nc, lx.RESULTS.singular),
+            ),
             breakdown=s.breakdown,
             finite_state=finite_state,
         )
