@@ -169,9 +169,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
 
         def cond_fun(s: _Loop):
             going = s.finite & ~s.breakdown
-            iterate = (
-                ~s.singular & ~ended(s) & (s.step < max_steps) & not_converged(s)
-            )
+            iterate = ~s.singular & ~ended(s) & (s.step < max_steps) & not_converged(s)
             return going & (residual_pass(s) | iterate)
 
         def body_fun(s: _Loop) -> _Loop:
