@@ -1,5 +1,7 @@
 """Policy-carrying subclasses of every concrete lineax operator."""
 
+# Registers lineax's `materialise`, `diagonal` and `linearise` for our operators.
+from . import _dispatch as _dispatch
 from ._base import AbstractDispatchOperator as AbstractDispatchOperator
 from ._composite import (
     AddLinearOperator as AddLinearOperator,

@@ -46,7 +46,7 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
     policy = _policy_of(operator)
     banded = lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
     if not (holds_entries(operator) or banded):
-        check_dense_budget(operator, policy, what="`lxd.materialise`")
+        check_dense_budget(operator, policy, what="`materialise`")
     return adopt(lx.materialise(operator), policy)
 
 

@@ -66,6 +66,62 @@ def build_dense_matrix(
 _compiled_build = eqx.filter_jit(build_dense_matrix)
 
 
+def build_diagonal(
+    operator: lx.AbstractLinearOperator, batch_size: int | None
+) -> Inexact[Array, " size"]:
+    """The diagonal of `operator` (in the flattened order of its PyTrees) without its
+    matrix: its lineax `mv` applied to basis vectors, `batch_size` at a time
+    (`None`: all at once), keeping only the diagonal entry of each image.
+
+    **Arguments:**
+
+    - `operator`: an operator of lineax-dispatch (or a plain lineax one).
+    - `batch_size`: the basis vectors applied together, or `None`.
+
+    **Returns:**
+
+    A one-dimensional array of `min(out_size, in_size)` entries, of the dtype of the
+    flattened output.
+    """
+    flat_in, unravel_in = _flat_spec(operator.in_structure())
+    raw = RawMv(operator)
+    size = flat_in.size
+
+    def entry(index):
+        # The basis vector is made inside the chunk: no identity in memory.
+        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
+        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
+        return out[index]
+
+    indices = jnp.arange(min(size, operator.out_size()))
+    if batch_size is None or batch_size >= indices.size:
+        return jax.vmap(entry)(indices)
+    return lax.map(entry, indices, batch_size=batch_size)
+
+
+_compiled_diagonal = eqx.filter_jit(build_diagonal)
+
+
+def diagonal_in_chunks(
+    operator: lx.AbstractLinearOperator, batch_size: int | None
+) -> Inexact[Array, " size"]:
+    """`build_diagonal`, compiled once per operator kind and signature when run
+    eagerly in chunks (as `dense_matrix` is), else traced inline.
+
+    **Arguments:**
+
+    - `operator`: the operator.
+    - `batch_size`: the basis vectors applied together, or `None`.
+
+    **Returns:**
+
+    The diagonal, a one-dimensional array.
+    """
+    if compile_eagerly(operator, batch_size):
+        return _compiled_diagonal(operator, batch_size)
+    return build_diagonal(operator, batch_size)
+
+
 def dense_matrix(
     operator: lx.AbstractLinearOperator, batch_size: int | None = None
 ) -> Inexact[Array, "out in"]:

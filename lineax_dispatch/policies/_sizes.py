@@ -88,3 +88,18 @@ def operator_build_bytes(
     n_in, n_out = operator.in_size(), operator.out_size()
     chunk = n_in if batch_size is None else min(batch_size, n_in)
     return build_bytes(n_out, n_in, itemsize(operator), chunk)
+
+
+def diagonal_build_bytes(out_size: int, in_size: int, itemsize: int, chunk: int) -> int:
+    """Bytes of building the diagonal of an `out_size x in_size` matrix-free
+    operator `chunk` basis vectors at a time: each chunk's basis vectors and their
+    images, and the diagonal (counted twice: the chunks' pieces and their join)."""
+    return itemsize * (chunk * (in_size + out_size) + 2 * min(out_size, in_size))
+
+
+def diagonal_chunk(out_size: int, in_size: int, itemsize: int, budget: int) -> int:
+    """The most basis vectors that building the diagonal may take together within
+    `budget` bytes (see `diagonal_build_bytes`), at most `in_size`; 0 where not even
+    one fits."""
+    free = budget // itemsize - 2 * min(out_size, in_size)
+    return max(0, min(in_size, free // max(in_size + 2 * out_size, 1)))

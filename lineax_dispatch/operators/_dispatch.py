@@ -1,0 +1,163 @@
+"""lineax's operator functions on the operators of lineax-dispatch.
+
+lineax dispatches `lx.materialise`, `lx.diagonal` and `lx.linearise` on the
+operator's class with `functools.singledispatch`, and every class of ours subclasses
+a lineax class, so without a registration of its own it would get lineax's: a dense
+matrix built past its policy's memory budget, a plain lineax result without the
+policy. The registrations here, on [`lineax_dispatch.AbstractDispatchOperator`][]
+(which comes before the lineax class in the order in which Python looks up each of
+our classes), run lineax's own implementation and then
+
+- `materialise`: first check the dense matrix of a matrix-free operator (or of a
+    plain lineax operand of a composite one) against the budget, and make the
+    operands' own checks count the composite's budget too; the result keeps the
+    policy;
+- `diagonal`: where lineax would build the whole matrix and it does not fit the
+    budget, build only the diagonal, a chunk of basis vectors at a time that fits;
+- `linearise`: keep the type (an operator of ours) and the policy.
+
+`lxd.materialise`, `lxd.diagonal` and `lxd.linearise` call these through lineax, so
+both packages' functions behave the same on our operators. Plain lineax operators
+keep lineax's behaviour.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.flatten_util as jfu
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+from jaxtyping import Array, Inexact
+
+from ..policies import Materialise, RawMv
+from ..policies._dense import diagonal_in_chunks
+from ..policies._guard import (
+    budget_in_force,
+    check_bytes,
+    check_dense_budget,
+    policy_in_force,
+)
+from ..policies._sizes import (
+    build_bytes,
+    diagonal_build_bytes,
+    diagonal_chunk,
+    itemsize,
+)
+from ._base import AbstractDispatchOperator, holds_entries
+from ._convert import adopt
+
+
+_MATRIX_FREE = (lx.FunctionLinearOperator, lx.JacobianLinearOperator)
+
+
+def _lineax_implementation(
+    function: Any, operator: lx.AbstractLinearOperator
+) -> Callable[[lx.AbstractLinearOperator], Any]:
+    """lineax's registration of `function` for the lineax class that the class of
+    `operator` subclasses."""
+    for cls in type(operator).__mro__:
+        if not issubclass(cls, AbstractDispatchOperator):
+            return function.dispatch(cls)
+    raise TypeError(f"{type(operator).__name__} subclasses no lineax operator")
+
+
+def _banded(operator: lx.AbstractLinearOperator) -> bool:
+    # lineax materialises these to their bands, through `mv`: no dense matrix.
+    return lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
+
+
+def _operands(operator: lx.AbstractLinearOperator) -> list[lx.AbstractLinearOperator]:
+    return [
+        v for v in vars(operator).values() if isinstance(v, lx.AbstractLinearOperator)
+    ]
+
+
+def _check_plain_operands(
+    operator: lx.AbstractLinearOperator, policy: Any, what: str
+) -> None:
+    """Checks the dense matrix of each matrix-free plain lineax operand (reached
+    through plain lineax nodes) against `policy`'s budget; operands of ours check
+    their own, under the budget in force."""
+    for operand in _operands(operator):
+        if isinstance(operand, AbstractDispatchOperator):
+            continue
+        if isinstance(operand, _MATRIX_FREE):
+            if not _banded(operand):
+                check_dense_budget(operand, policy, what=what)
+        else:
+            _check_plain_operands(operand, policy, what)
+
+
+@lx.materialise.register(AbstractDispatchOperator)
+def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator:
+    what = "`materialise`"
+    if isinstance(operator, _MATRIX_FREE):
+        if not _banded(operator):
+            check_dense_budget(operator, operator.policy, what=what)
+    elif not holds_entries(operator):
+        _check_plain_operands(operator, operator.policy, what)
+    with policy_in_force(operator.policy):
+        out = _lineax_implementation(lx.materialise, operator)(operator)
+    return adopt(out, operator.policy)
+
+
+@lx.linearise.register(AbstractDispatchOperator)
+def _linearise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator:
+    out = _lineax_implementation(lx.linearise, operator)(operator)
+    return adopt(out, operator.policy)
+
+
+def _ones_diagonal(operator: AbstractDispatchOperator) -> Inexact[Array, " size"]:
+    # As lineax for a diagonal-tagged operator: one `mv` of a vector of ones, here
+    # lineax's own `mv` (the policy's might build the matrix the budget refuses).
+    with jax.ensure_compile_time_eval():
+        ones = jtu.tree_map(
+            lambda s: jnp.ones(s.shape, s.dtype), operator.in_structure()
+        )
+    diagonal, _ = jfu.ravel_pytree(RawMv(operator)(ones))
+    return diagonal
+
+
+def _whole_matrix_fits(operator: lx.AbstractLinearOperator, budget: int) -> bool:
+    # lineax's route: an identity, its image (the matrix), then its diagonal.
+    n_out, n_in = operator.out_size(), operator.in_size()
+    return build_bytes(n_out, n_in, itemsize(operator), n_in) <= budget
+
+
+def _builds_whole_matrix(operator: lx.AbstractLinearOperator) -> bool:
+    """Whether lineax takes the diagonal of `operator` from its whole matrix."""
+    if isinstance(operator, lx.ComposedLinearOperator):
+        return not (
+            lx.is_diagonal(operator.operator1) and lx.is_diagonal(operator.operator2)
+        )
+    return isinstance(operator, _MATRIX_FREE) and not lx.is_diagonal(operator)
+
+
+@lx.diagonal.register(AbstractDispatchOperator)
+def _diagonal(operator: AbstractDispatchOperator) -> Inexact[Array, " size"]:
+    policy = operator.policy
+    found = budget_in_force(policy)
+    if found is None or _whole_matrix_fits(operator, found[1]):
+        with policy_in_force(policy):
+            return _lineax_implementation(lx.diagonal, operator)(operator)
+    if isinstance(operator, _MATRIX_FREE) and lx.is_diagonal(operator):
+        return _ones_diagonal(operator)
+    if not _builds_whole_matrix(operator):
+        # Sums, products, tags...: lineax takes each operand's diagonal (ours in
+        # chunks where needed); explicit operators hold theirs.
+        with policy_in_force(policy):
+            return _lineax_implementation(lx.diagonal, operator)(operator)
+    n_out, n_in, size = operator.out_size(), operator.in_size(), itemsize(operator)
+    chunk = diagonal_chunk(n_out, n_in, size, found[1])
+    check_bytes(
+        operator,
+        policy,
+        diagonal_build_bytes(n_out, n_in, size, max(chunk, 1)),
+        what="`diagonal`",
+        detail="one basis vector and its image at a time, and the diagonal",
+    )
+    if isinstance(policy, Materialise) and policy.batch_size is not None:
+        chunk = min(chunk, policy.batch_size)
+    return diagonal_in_chunks(operator, chunk)
