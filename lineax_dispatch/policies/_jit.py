@@ -4,6 +4,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.extend.core as jex
 
@@ -24,6 +25,7 @@ from ._arguments import (
 )
 from ._carried import add_carried_solves
 from ._decision import Decision
+from ._jit_errors import new_jit_id, readable_errors, unpatched_jit
 from ._program import AutoGroup, plan_program
 from ._registry import (
     PASS_CONTEXT,
@@ -34,6 +36,11 @@ from ._registry import (
 )
 from ._rewrite import rewrite_program, rolled_entry
 from ._shared_solves import shared_solve_hints
+
+
+# Frames of `lxd.jit`'s machinery, left out of the stack of a run-time error (as
+# `equinox.filter_jit` leaves out its own).
+_HIDDEN = (__file__,)
 
 
 class Compiled(NamedTuple):
@@ -92,7 +99,7 @@ class _AsTraced:
                     jex.jaxpr_as_fun(self._traced.jaxpr), traced_consts(self._traced)
                 )
                 entry = rolled_entry(run, self._traced.out_tree)
-                self._jitted = jax.jit(entry, **self._jit_kwargs)
+                self._jitted = unpatched_jit()(entry, **self._jit_kwargs)
             return self._jitted(*args, **kwargs)
         if self._compiled is None:
             self._compiled = self._traced.lower().compile()
@@ -145,7 +152,7 @@ class _Rewritten:
                 if not callable(run):  # pragma: no cover - deterministic rewrite
                     raise RuntimeError("the program's rewrites differ.")
             entry = rolled_entry(_with_consts(run, self._consts), self._out_tree)
-            jitted = self._jitted[loop] = jax.jit(entry, **self._jit_kwargs)
+            jitted = self._jitted[loop] = unpatched_jit()(entry, **self._jit_kwargs)
         return jitted
 
     def lower(self, *args, **kwargs):
@@ -208,7 +215,7 @@ class _CompileAware:
         before)."""
         active = Session(solve_hints=hints)
         box = OutputBox()
-        jitted = jax.jit(self.traceable(split, box, active), **self._passed)
+        jitted = unpatched_jit()(self.traceable(split, box, active), **self._passed)
         context = ("lxd.jit", active.token) if hints else shared_context()
         try:
             with session(active), PASS_CONTEXT(context):
@@ -266,10 +273,25 @@ class _CompileAware:
         entry = self._prepare(split)
         call = getattr(entry.jitted, method)
         out = call(*split.dynamic_args, **split.dynamic_kwargs)
-        return entry.box.combine(out) if method == "__call__" else out
+        if method != "__call__":
+            return out
+        # Waited for, as `equinox.filter_jit` does, so that a run-time error is
+        # raised here (see `__call__`).
+        jax.block_until_ready([x for x in jax.tree.leaves(out) if not is_tracer(x)])
+        return entry.box.combine(out)
 
     def __call__(self, *args, **kwargs):
-        return self._run("__call__", args, kwargs)
+        __tracebackhide__ = True
+        # What `equinox.error_if` records, at trace time, as the start of the
+        # program's stack: its run-time errors are raised as `equinox.filter_jit`
+        # raises them, an `EquinoxRuntimeError` with their message.
+        __equinox_jit_id__ = new_jit_id()
+        try:
+            with readable_errors(__equinox_jit_id__, _HIDDEN):
+                return self._run("__call__", args, kwargs)
+        except eqx.EquinoxRuntimeError as e:
+            e.__traceback__ = None  # as `equinox.filter_jit`: no frames of ours
+            raise
 
     def __repr__(self) -> str:
         return f"lxd.jit({self._fun!r})"
