@@ -1,5 +1,6 @@
 """Building the dense matrix of an operator, a chunk of columns at a time."""
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -37,28 +38,38 @@ def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
     return flat, unravel
 
 
+def _images_of_basis(
+    operator: lx.AbstractLinearOperator,
+    count: int,
+    batch_size: int | None,
+    keep: Callable[[Array, Array], Array],
+) -> Array:
+    """`keep(image, index)` for the first `count` basis vectors of `operator`'s
+    flattened input space, each `image` its lineax `mv` of the basis vector `index`
+    (flattened); `batch_size` vectors at a time (`None`: all at once)."""
+    flat_in, unravel_in = _flat_spec(operator.in_structure())
+    raw = RawMv(operator)
+    size = flat_in.size
+
+    def apply(index):
+        # The basis vector is made inside the chunk: no full identity in memory.
+        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
+        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
+        return keep(out, index)
+
+    indices = jnp.arange(count)
+    if batch_size is None or batch_size >= count:
+        return jax.vmap(apply)(indices)
+    return lax.map(apply, indices, batch_size=batch_size)
+
+
 def build_dense_matrix(
     operator: lx.AbstractLinearOperator, batch_size: int | None
 ) -> Inexact[Array, "out in"]:
     """[`lineax_dispatch.dense_matrix`][]'s build, without its budget check (for
     callers that have checked it) and traced inline."""
-    flat_in, unravel_in = _flat_spec(operator.in_structure())
-    raw = RawMv(operator)
-
-    size = flat_in.size
-
-    def column(index):
-        # The basis vector is made inside the chunk: no full identity in memory.
-        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
-        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
-        return out
-
-    indices = jnp.arange(size)
-    if batch_size is None or batch_size >= size:
-        columns = jax.vmap(column)(indices)
-    else:
-        columns = lax.map(column, indices, batch_size=batch_size)
-    return columns.T
+    size = operator.in_size()
+    return _images_of_basis(operator, size, batch_size, lambda out, _: out).T
 
 
 # Compiled once per operator kind and signature (its static part, the shapes of its
@@ -83,20 +94,8 @@ def build_diagonal(
     A one-dimensional array of `min(out_size, in_size)` entries, of the dtype of the
     flattened output.
     """
-    flat_in, unravel_in = _flat_spec(operator.in_structure())
-    raw = RawMv(operator)
-    size = flat_in.size
-
-    def entry(index):
-        # The basis vector is made inside the chunk: no identity in memory.
-        basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
-        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
-        return out[index]
-
-    indices = jnp.arange(min(size, operator.out_size()))
-    if batch_size is None or batch_size >= indices.size:
-        return jax.vmap(entry)(indices)
-    return lax.map(entry, indices, batch_size=batch_size)
+    count = min(operator.in_size(), operator.out_size())
+    return _images_of_basis(operator, count, batch_size, lambda out, i: out[i])
 
 
 _compiled_diagonal = eqx.filter_jit(build_diagonal)
