@@ -35,6 +35,10 @@ def _operators(policy, counter=None):
 
     structure = jax.ShapeDtypeStruct((N,), jnp.float64)
     op = lxd.FunctionLinearOperator(fn, structure, closure_convert=False, policy=policy)
+    if counter is not None:
+        # The shape evaluation at construction (lineax's, for a tagged operator,
+        # or ours, for any): the counter counts the traces of the call sites.
+        counter.clear()
     other = lxd.MatrixLinearOperator(
         jnp.arange(N * N, dtype=jnp.float64).reshape(N, N) / N**2, policy=policy
     )

@@ -222,3 +222,86 @@ def test_operators_of_static_parts_equal_only_as_numbers_share_no_callee(policy)
             for a, b in zip(run(ours), run(theirs)):
                 assert a.dtype == b.dtype
                 np.testing.assert_array_equal(a, b)
+
+
+_DEFAULT_POLICY_SOLVERS = {
+    "CG": (lxd.CG(1e-10, 1e-10), True),
+    "MINRES": (lxd.MINRES(1e-10, 1e-10), True),
+    "GMRES": (lxd.GMRES(1e-10, 1e-10), False),
+    "BiCGStab": (lxd.BiCGStab(1e-10, 1e-10), False),
+    "LSMR": (lxd.LSMR(1e-10, 1e-10), False),
+    "Normal-CG": (lxd.Normal(lxd.CG(1e-10, 1e-10)), False),
+    "Normal-GMRES": (lxd.Normal(lxd.GMRES(1e-10, 1e-10)), False),
+    "AutoSolver": (lxd.AutoSolver(), False),
+}
+
+
+@pytest.mark.parametrize("closure_convert", [True, False], ids=["converted", "plain"])
+@pytest.mark.parametrize("jit", [jax.jit, lxd.jit], ids=["jax.jit", "lxd.jit"])
+@pytest.mark.parametrize("name", list(_DEFAULT_POLICY_SOLVERS))
+def test_each_solver_traces_the_function_at_most_twice_per_solve(
+    name, jit, closure_convert
+):
+    """With the default policy, a jitted solve by each solver of ours traces the
+    user's function at most twice after the operator's construction (lineax's
+    primitive: its abstract evaluation and its lowering): the output structure is
+    known from construction, and the conjugate that `Normal` and LSMR transpose
+    is traced as the user's code, where the solve's `mv` finds it."""
+    solver, needs_tag = _DEFAULT_POLICY_SOLVERS[name]
+    n, counter = 12, []
+    a = np.eye(n) * 4 + 0.3 * np.random.default_rng(0).standard_normal((n, n))
+    a = jnp.asarray(a @ a.T if needs_tag else a)
+
+    def fn(x):
+        counter.append(1)
+        return a @ x
+
+    tags = (lx.positive_semidefinite_tag,) if needs_tag else ()
+    structure = jax.ShapeDtypeStruct((n,), jnp.float64)
+    op = lxd.FunctionLinearOperator(fn, structure, tags, closure_convert)
+    counter.clear()
+    b = jnp.arange(1.0, n + 1.0)
+    f = jit(lambda b: lx.linear_solve(op, b, solver).value)
+    f.lower(b)
+    assert len(counter) <= 2
+    np.testing.assert_allclose(f(b), np.linalg.solve(np.asarray(a), b), rtol=1e-6)
+
+
+def test_function_and_jacobian_operators_know_their_output_structure():
+    """`out_structure()` is kept from construction (lineax's evaluates the function
+    abstractly at each call); it agrees with lineax's, weak types stripped, for
+    a PyTree output, and for the transpose (a function of a traced transpose)."""
+    counter = []
+
+    def fn(x):
+        counter.append(1)
+        return {"a": 2.0 * x[:2], "b": jnp.sum(x)}
+
+    structure = jax.ShapeDtypeStruct((3,), jnp.float32)
+    for closure_convert in (True, False):
+        ours = lxd.FunctionLinearOperator(fn, structure, (), closure_convert)
+        theirs = lx.FunctionLinearOperator(fn, structure, (), closure_convert)
+        counter.clear()
+        assert ours.out_structure() == theirs.out_structure()
+        assert ours.T.out_structure() == theirs.T.out_structure()
+        assert ours.T.in_structure() == theirs.T.in_structure()
+        counter.clear()
+        for _ in range(3):
+            ours.out_structure()
+        assert not counter
+
+    def residual(x, args):
+        counter.append(1)
+        return (jnp.sin(x) * args, x[0])
+
+    x0 = jnp.arange(3.0, dtype=jnp.float32)
+    ours = lxd.JacobianLinearOperator(residual, x0, 2.0)
+    theirs = lx.JacobianLinearOperator(residual, x0, 2.0)
+    counter.clear()
+    assert ours.out_structure() == theirs.out_structure()
+    counter.clear()
+    ours.out_structure()
+    assert not counter
+    np.testing.assert_allclose(
+        ours.mv(jnp.ones(3, jnp.float32))[0], theirs.mv(jnp.ones(3, jnp.float32))[0]
+    )

@@ -3,12 +3,15 @@
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
+import equinox as eqx
 import jax
+import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from ..policies import AbstractPolicy
 from ._base import AbstractDispatchOperator
+from ._structure import flat_structure, FlatStructure, recorded_output_structure
 
 
 class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator):
@@ -27,6 +30,8 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         y = op.mv(jnp.ones(3, jnp.float32))
         ```
     """
+
+    output_structure: FlatStructure = eqx.field(static=True)
 
     def __init__(
         self,
@@ -51,7 +56,28 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         lx.FunctionLinearOperator.__init__(
             self, fn, input_structure, tags, closure_convert
         )
+        recorded = recorded_output_structure(self.fn)
+        if recorded is None:
+            recorded = flat_structure(
+                eqx.filter_eval_shape(self.fn, self.in_structure())
+            )
+        self.output_structure = recorded
         self._set_policy(policy)
+
+    def out_structure(self) -> PyTree[jax.ShapeDtypeStruct]:
+        """The output structure, known from construction: the one equinox recorded
+        where lineax closure-converted the function by tracing it, otherwise
+        lineax's abstract evaluation of the function, done once at construction
+        (as lineax does there for an operator tagged symmetric). lineax's
+        evaluates an untagged operator's function when first asked, inside its
+        first solve: a third trace of the user's code in a jitted solve.
+
+        **Returns:**
+
+        A PyTree of `jax.ShapeDtypeStruct`s.
+        """
+        leaves, treedef = self.output_structure
+        return jtu.tree_unflatten(treedef, leaves)
 
 
 class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator):
@@ -67,6 +93,8 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         y = op.mv(jnp.ones(2))  # 3 cos(x)
         ```
     """
+
+    output_structure: FlatStructure = eqx.field(static=True)
 
     def __init__(
         self,
@@ -94,4 +122,19 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         lx.JacobianLinearOperator.__init__(
             self, fn, x, args, tags, jac, closure_convert
         )
+        recorded = recorded_output_structure(self.fn)
+        if recorded is None:
+            recorded = flat_structure(eqx.filter_eval_shape(self.fn, self.x, self.args))
+        self.output_structure = recorded
         self._set_policy(policy)
+
+    def out_structure(self) -> PyTree[jax.ShapeDtypeStruct]:
+        """The output structure, as
+        [`lineax_dispatch.FunctionLinearOperator.out_structure`][].
+
+        **Returns:**
+
+        A PyTree of `jax.ShapeDtypeStruct`s.
+        """
+        leaves, treedef = self.output_structure
+        return jtu.tree_unflatten(treedef, leaves)

@@ -1,12 +1,47 @@
 """Checking that a vector matches an operator's input structure."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
+
+
+FlatStructure: TypeAlias = tuple[list[jax.ShapeDtypeStruct], Any]
+
+
+def recorded_output_structure(fn: Callable) -> FlatStructure | None:
+    """The output structure that a function closure-converted by equinox recorded
+    when it was traced (what lineax's operators hold when built with
+    `closure_convert=True` from a function with a closure), flattened as lineax
+    keeps structures in static fields, with weak typing stripped as lineax strips
+    it; `None` for any other function (whose structure only an abstract
+    evaluation, a trace of the user's code, can tell).
+
+    **Arguments:**
+
+    - `fn`: the operator's function.
+
+    **Returns:**
+
+    `(leaves, treedef)` of the output's `jax.ShapeDtypeStruct`s, or `None`.
+    """
+    if not hasattr(fn, "out_dynamic_struct"):
+        return None
+    return flat_structure(fn.out_struct)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def flat_structure(structure: PyTree[jax.ShapeDtypeStruct]) -> FlatStructure:
+    """`structure` without weak typing, flattened to `(leaves, treedef)`."""
+    return jtu.tree_flatten(
+        jtu.tree_map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=s.sharding),
+            structure,
+        )
+    )
 
 
 def _describe(structure: PyTree[jax.ShapeDtypeStruct]) -> str:

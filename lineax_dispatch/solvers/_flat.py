@@ -78,10 +78,15 @@ def keep_linearise(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOper
 
 
 def keep_conj(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
-    """`conj`, keeping an operator of ours ours and a lineax one lineax's."""
-    if isinstance(operator, AbstractDispatchOperator):
-        return lxd_conj(operator)
-    return lx.conj(operator)
+    """`conj`, keeping an operator of ours ours and a lineax one lineax's.
+
+    lineax conjugates a matrix-free operator by wrapping its `mv` in a new function
+    and tracing it: the user's code, so traced in the trace's jit-cache context
+    (`user_code`), where the solver's own `mv` finds that trace again."""
+    with user_code():
+        if isinstance(operator, AbstractDispatchOperator):
+            return lxd_conj(operator)
+        return lx.conj(operator)
 
 
 def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flattener):
