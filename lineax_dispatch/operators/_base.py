@@ -6,8 +6,10 @@ import equinox as eqx
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._compat import root_trace_ref
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
 from ..policies._dense import EXPLICIT_OPERATORS
+from ..policies._eager import eager_apply
 from ..policies._guard import check_dense_budget
 from ._structure import check_vector
 
@@ -61,6 +63,11 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
 
         `ValueError` at trace time if `vector` does not match the input structure.
         """
+        if root_trace_ref() is None and not in_raw_mv_context():
+            # Eager: the policy's compiled `mv`, resolved at the first call.
+            found = eager_apply(self, vector)
+            if found is not None:
+                return found[0]
         vector = check_vector(self, vector)
         if in_raw_mv_context():
             return self.raw_mv(vector)

@@ -11,6 +11,7 @@ from ._budget import optional_budget, resolve_budget
 from ._cost import jaxpr_cost, MvCost
 from ._decide import CostModel, decide
 from ._decision import Decision
+from ._eager import compiled_mv
 from ._marked import current_scope, inline_mv, marked_mv, mv_parts, outline_mv
 from ._observation import observe
 from ._program import out_leaves
@@ -150,6 +151,10 @@ class Auto(AbstractPolicy):
             out_structure=out_structure,
         )
         return decide(observation, self.cost_model)
+
+    def eager_mv(self, operator: lx.AbstractLinearOperator):
+        # As `mv` outside any trace (below).
+        return compiled_mv(operator)
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]

@@ -3,7 +3,7 @@
 import abc
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
@@ -90,6 +90,26 @@ class AbstractPolicy(eqx.Module):
 
         A PyTree matching `operator.out_structure()`.
         """
+
+    def eager_mv(
+        self, operator: lx.AbstractLinearOperator
+    ) -> Callable[[PyTree[Any]], PyTree[Any]] | None:
+        """How `mv` applies `operator` outside any trace, when that is one function
+        of the vector for the operator's whole life (a compiled `mv` with the
+        operator's arrays bound): the operator then resolves it at its first eager
+        `mv` and calls it directly at the later ones, given a vector of exactly its
+        input structure. `None` (the default): every eager `mv` calls `mv`.
+
+        **Arguments:**
+
+        - `operator`: an operator of lineax-dispatch carrying this policy.
+
+        **Returns:**
+
+        A function of the vector, or `None`.
+        """
+        del operator
+        return None
 
 
 def _concrete_policies() -> list[type[AbstractPolicy]]:

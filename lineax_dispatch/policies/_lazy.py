@@ -6,6 +6,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
+from ._eager import compiled_mv
 from ._marked import inline_mv, marked_mv
 
 
@@ -38,6 +39,9 @@ class Lazy(AbstractPolicy):
         # Eagerly, the compiled `mv` (op-by-op dispatch of an expensive function is
         # slow); under a trace, one marked call per site, which XLA inlines.
         return marked_mv(operator, vector, inline_mv)
+
+    def eager_mv(self, operator: lx.AbstractLinearOperator):
+        return compiled_mv(operator, inline_mv)
 
 
 Lazy.__init__.__doc__ = """**Arguments:** None."""

@@ -20,6 +20,7 @@ from .._compat import (
     traced_consts,
 )
 from ._base import AbstractPolicy, RawMv
+from ._eager import compiled_mv
 from ._marked import (
     ByIdentity,
     current_scope,
@@ -285,6 +286,10 @@ class Outline(AbstractPolicy):
         y = f(jnp.ones(64, jnp.float32))
         ```
     """
+
+    def eager_mv(self, operator: lx.AbstractLinearOperator):
+        # As `mv` outside any trace (below): on jax 0.10 the function runs inline.
+        return None if outline_mv is None else compiled_mv(operator, outline_mv)
 
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]

@@ -7,6 +7,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
+from ._eager import compiled_mv
 from ._marked import marked_mv
 
 
@@ -48,6 +49,9 @@ class Roll(AbstractPolicy):
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
         return marked_mv(operator, vector)
+
+    def eager_mv(self, operator: lx.AbstractLinearOperator):
+        return compiled_mv(operator)
 
 
 Roll.__init__.__doc__ = """**Arguments:** None."""
