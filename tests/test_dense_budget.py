@@ -115,19 +115,24 @@ def test_dense_paths_raise_at_trace_time(kind, policy):
         assert "256x256" in message, name
 
 
+def _composite(kind, first, second, policy):
+    """The composite `kind` of `first` (and `second`, for a sum or product)."""
+    return {
+        "tagged": lambda: lxd.TaggedLinearOperator(
+            first, lx.symmetric_tag, policy=policy
+        ),
+        "mul": lambda: first * 2.0,
+        "neg": lambda: -first,
+        "div": lambda: first / 2.0,
+        "add": lambda: first + second,
+        "composed": lambda: first @ second,
+    }[kind]()
+
+
 @pytest.mark.parametrize("kind", ["tagged", "mul", "neg", "div", "add", "composed"])
 def test_composites_check_the_budget(kind):
     p = lxd.Materialise(memory_budget=BUDGET)
-    f = _function(p)
-    g = _function(p)
-    op = {
-        "tagged": lambda: lxd.TaggedLinearOperator(f, lx.symmetric_tag, policy=p),
-        "mul": lambda: f * 2.0,
-        "neg": lambda: -f,
-        "div": lambda: f / 2.0,
-        "add": lambda: f + g,
-        "composed": lambda: f @ g,
-    }[kind]()
+    op = _composite(kind, _function(p), _function(p), p)
     for call in _dense_paths(op).values():
         with pytest.raises(ValueError, match=MESSAGE):
             jax.eval_shape(call)
@@ -257,14 +262,7 @@ def test_lineax_linearise_keeps_composites(kind):
     # would, and raise).
     p = lxd.Auto(BUDGET)
     j = _jacobian(p)
-    op = {
-        "tagged": lambda: lxd.TaggedLinearOperator(j, lx.symmetric_tag, policy=p),
-        "mul": lambda: j * 2.0,
-        "neg": lambda: -j,
-        "div": lambda: j / 2.0,
-        "add": lambda: j + j,
-        "composed": lambda: j @ j,
-    }[kind]()
+    op = _composite(kind, j, j, p)
     lin = lx.linearise(op)
     assert isinstance(lin, lxd.AbstractDispatchOperator)
     assert isinstance(lin, type(op))

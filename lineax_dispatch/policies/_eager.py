@@ -21,7 +21,7 @@ import jax.tree_util as jtu
 from jaxtyping import PyTree
 
 from .._compat import is_tracer
-from ._marked import lineax_dispatch_mv, MarkedCall, mv_parts
+from ._marked import eager_parts, lineax_dispatch_mv, MarkedCall
 from ._per_object import cached_per_object, per_object_cache
 
 
@@ -44,7 +44,7 @@ def compiled_mv(operator: Any, call: MarkedCall | None = None) -> _Apply:
     A function of a vector matching the operator's input structure.
     """
     call = lineax_dispatch_mv if call is None else call
-    dynamic, key = mv_parts(operator)
+    dynamic, key = eager_parts(operator)  # shared with the general eager path
     jitted = call.jitted((key, None))
 
     def apply(vector: PyTree[Any]) -> PyTree[Any]:

@@ -279,7 +279,9 @@ _TOP_POLICY = _TopPolicy()
 _EAGER = per_object_cache("lineax_dispatch_eager_mv")
 
 
-def _eager_parts(operator: Any) -> tuple[PyTree[Any], Any]:
+def eager_parts(operator: Any) -> tuple[PyTree[Any], Any]:
+    """`mv_parts(operator)`, computed once per live operator object (for eager
+    calls)."""
     return cached_per_object(_EAGER, operator, lambda: mv_parts(operator))
 
 
@@ -311,5 +313,5 @@ def marked_mv(
     elif scope is not None:
         dynamic, key = mv_parts(operator)
     else:
-        dynamic, key = _eager_parts(operator)
+        dynamic, key = eager_parts(operator)
     return call((key, scope), dynamic, vector)
