@@ -1,0 +1,184 @@
+"""The fixed cost of one cheap solve: the first call of a jitted program that
+solves once with CG on a cheap operator, `lxd.jit` and our solver against
+`jax.jit` and lineax's, measured in the same process, with the solve's trace,
+lowering and XLA compile apart.
+
+What is measured
+----------------
+
+The operator is `x -> A x + 0.1 roll(x, 1) + 0.1 roll(x, -1)` (`A` a dense SPD
+`n x n`, float32), tagged positive semidefinite, built afresh for each program (a
+new function object: no trace is reused), solved by CG(1e-5, 1e-5). Variants:
+
+- `jax.jit + lineax`: lineax's operator and `lx.CG` under `jax.jit` (the base);
+- `lxd.jit + ours`: our operator (default policy) and `lxd.CG` under `lxd.jit`;
+- `lxd.jit + lx.CG`: our operator and lineax's CG under `lxd.jit` (what `lxd.jit`
+  itself costs);
+- `jax.jit + ours`: our operator and `lxd.CG` under `jax.jit` (what our CG costs).
+
+Each of `--rounds` rounds measures every variant once, in turn: the first call
+(trace + lower + compile + run), and for a second fresh program its stages apart
+(`jax.jit`'s `trace`, `lower`, `compile`; for `lxd.jit`, `lower` covers its trace
+and rewrite). Reported: per variant the median first call and the median and
+quartiles over the rounds of its ratio to the base measured in the same round
+(target: `lxd.jit + ours` at most 1.05x).
+
+How to run
+----------
+
+    python -m benchmarks.fixed_cost              # n = 64, 21 rounds
+    python -m benchmarks.fixed_cost --quick      # n = 32, 3 rounds
+
+Results: `benchmarks/results/fixed_cost.json` and `.png`.
+"""
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+
+import lineax_dispatch as lxd
+
+from . import harness
+
+
+FULL = dict(n=64, rounds=21)
+QUICK = dict(n=32, rounds=3)
+
+BASE = "jax.jit + lineax"
+VARIANTS = {
+    BASE: (lx, lx, jax.jit),
+    "lxd.jit + ours": (lxd, lxd, lxd.jit),
+    "lxd.jit + lx.CG": (lxd, lx, lxd.jit),
+    "jax.jit + ours": (lxd, lxd, jax.jit),
+}
+
+
+def _program(n: int, matrix, operators, solvers, jit):
+    def fn(x):
+        return matrix @ x + 0.1 * jnp.roll(x, 1) + 0.1 * jnp.roll(x, -1)
+
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    op = operators.FunctionLinearOperator(fn, structure, lx.positive_semidefinite_tag)
+    solver = solvers.CG(1e-5, 1e-5)
+    return jit(lambda b: lx.linear_solve(op, b, solver).value)
+
+
+def _stages(program, b) -> dict:
+    if hasattr(program, "trace"):
+        t0 = time.perf_counter()
+        traced = program.trace(b)
+        t1 = time.perf_counter()
+        lowered = traced.lower()
+    else:  # `lxd.jit`: its trace and rewrite are part of `lower`
+        t0 = t1 = time.perf_counter()
+        lowered = program.lower(b)
+    t2 = time.perf_counter()
+    lowered.compile()
+    t3 = time.perf_counter()
+    return dict(trace_s=t1 - t0, lower_s=t2 - t1, compile_s=t3 - t2)
+
+
+def measure(n: int, rounds: int) -> dict:
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((n, n)) / np.sqrt(n)
+    matrix = jnp.asarray(m @ m.T + np.eye(n), jnp.float32)
+    b = jnp.ones(n, jnp.float32)
+    reference = None
+    for name, parts in VARIANTS.items():  # JAX's own first-use costs, once
+        value = np.asarray(_program(n, matrix, *parts)(b))
+        reference = value if reference is None else reference
+        assert harness.relative_error(value, reference) < 1e-4, name
+    rows: dict = {name: dict(first_s=[], stages=[]) for name in VARIANTS}
+    for _ in range(rounds):
+        for name, parts in VARIANTS.items():
+            program = _program(n, matrix, *parts)
+            t = time.perf_counter()
+            jax.block_until_ready(program(b))
+            rows[name]["first_s"].append(time.perf_counter() - t)
+            rows[name]["stages"].append(_stages(_program(n, matrix, *parts), b))
+    base = rows[BASE]["first_s"]
+    out: dict = {}
+    for name, row in rows.items():
+        ratios = [a / c for a, c in zip(row["first_s"], base)]
+        q1, q2, q3 = np.quantile(ratios, [0.25, 0.5, 0.75])
+        out[name] = dict(
+            first_s=statistics.median(row["first_s"]),
+            ratio_median=float(q2),
+            ratio_quartiles=[float(q1), float(q3)],
+            all_first_s=row["first_s"],
+            **{
+                key: statistics.median(s[key] for s in row["stages"])
+                for key in ("trace_s", "lower_s", "compile_s")
+            },
+        )
+    return out
+
+
+def report(results: dict) -> None:
+    headers = [
+        "variant",
+        "first call",
+        "x base (quartiles)",
+        "trace",
+        "lower",
+        "compile",
+    ]
+    print(
+        harness.table(
+            headers,
+            [
+                [
+                    name,
+                    f"{1e3 * r['first_s']:.1f} ms",
+                    f"{r['ratio_median']:.3f} ({r['ratio_quartiles'][0]:.3f}-"
+                    f"{r['ratio_quartiles'][1]:.3f})",
+                    f"{1e3 * r['trace_s']:.1f} ms",
+                    f"{1e3 * r['lower_s']:.1f} ms",
+                    f"{1e3 * r['compile_s']:.1f} ms",
+                ]
+                for name, r in results.items()
+            ],
+        )
+    )
+
+
+def plot(results: dict, path) -> None:
+    plt = harness.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = list(results)
+    ax.boxplot(
+        [
+            [
+                a / c
+                for a, c in zip(results[v]["all_first_s"], results[BASE]["all_first_s"])
+            ]
+            for v in names
+        ]
+    )
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.axhline(1.05, color="grey", linestyle=":", label="target 1.05x")
+    ax.set_ylabel(f"first call / {BASE}'s, per round")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend(fontsize=8)
+    fig.suptitle(f"one cheap CG solve; {harness.jax_label(openblas=True)}", fontsize=9)
+    harness.save(fig, path)
+
+
+def main(argv=None) -> None:
+    """Measure, print the report, write `fixed_cost.json` and `.png`."""
+    parser = harness.parser(__doc__, FULL, QUICK)
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    env = harness.environment(load_average=True)
+    results = measure(settings["n"], settings["rounds"])
+    report(results)
+    payload = dict(environment=env, settings=settings, results=results)
+    harness.write_results(args.out, "fixed_cost", payload, lambda p: plot(results, p))
+
+
+if __name__ == "__main__":
+    main()
