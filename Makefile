@@ -75,6 +75,9 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.autosolver $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.program $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.dispatch $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.eager $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.fixed_cost $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.stacked --rolled $(BENCH_FLAGS) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) $(NEWEST) .pytest_cache site
