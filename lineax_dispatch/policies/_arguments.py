@@ -17,8 +17,16 @@ import numpy as np
 from ._marked import ByIdentity, exact_leaf
 
 
-def _is_traced_array(x: Any) -> bool:
-    return eqx.is_array(x)
+# What `equinox.is_array` takes for an array (as a tuple for one `isinstance`).
+_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
+
+
+class _Traced:
+    """Marks a traced leaf's entry in a key: `(_TRACED, shape, dtype, weak)`
+    (no static leaf's exact form holds this private object)."""
+
+
+_TRACED = _Traced()
 
 
 class _ByValue(ByIdentity):
@@ -68,40 +76,36 @@ class StaticPart:
         return jtu.tree_unflatten(self.treedef, merged)
 
 
-def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, list]:
-    """`(dynamic, static, arrays)`: dynamic has the value's structure with `None`
-    for every static leaf (so that `donate_argnums` keeps its meaning); `arrays`
-    are its traced leaves."""
+def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, tuple]:
+    """`(dynamic, static, key)`: dynamic has the value's structure with `None` for
+    every static leaf (so that `donate_argnums` keeps its meaning); `key` is the part of the cache key this value
+    makes: its structure, its static leaves as the key compares them (numbers by
+    type and bits: `True`, `1`, `1.0` and `1+0j` trace to different programs, as do
+    `0.0` and `-0.0`, which Python's `==` takes as one) and its traced leaves'
+    shapes, dtypes and weak types. (One pass over the leaves: `split_arguments`
+    runs at every call of an `lxd.jit` function.)"""
     leaves, treedef = jtu.tree_flatten(value)
     if whole:
-        dynamic_leaves, arrays = [None] * len(leaves), []
         static_leaves = tuple(_hashable(x) for x in leaves)
-    else:
-        dynamic_leaves, static_leaves, arrays = [], [], []
-        for x in leaves:
-            if _is_traced_array(x):
-                dynamic_leaves.append(x)
-                static_leaves.append(None)
-                arrays.append(x)
-            else:
-                dynamic_leaves.append(None)
-                static_leaves.append(_hashable(x))
-        static_leaves = tuple(static_leaves)
+        dynamic = jtu.tree_unflatten(treedef, [None] * len(leaves))
+        key = (treedef, tuple(exact_leaf(x) for x in static_leaves))
+        return dynamic, StaticPart(treedef, static_leaves), key
+    dynamic_leaves, static_leaves, entries = [], [], []
+    for x in leaves:
+        if isinstance(x, _ARRAY_TYPES):
+            dynamic_leaves.append(x)
+            static_leaves.append(None)
+            entries.append(
+                (_TRACED, x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
+            )
+        else:
+            dynamic_leaves.append(None)
+            hashable = _hashable(x)
+            static_leaves.append(hashable)
+            entries.append(exact_leaf(hashable))
     dynamic = jtu.tree_unflatten(treedef, dynamic_leaves)
-    return dynamic, StaticPart(treedef, static_leaves), arrays
-
-
-def _exact_part(static: StaticPart) -> tuple:
-    """A static part as the cache key compares it: its numbers by type and bits
-    (`True`, `1`, `1.0` and `1+0j` trace to different programs, as do `0.0` and
-    `-0.0`; Python's `==` takes each group as one)."""
-    return static.treedef, tuple(exact_leaf(x) for x in static.leaves)
-
-
-def _abstract(arrays: list) -> tuple:
-    return tuple(
-        (x.shape, x.dtype, bool(getattr(x, "weak_type", False))) for x in arrays
-    )
+    key = (treedef, tuple(entries))
+    return dynamic, StaticPart(treedef, tuple(static_leaves)), key
 
 
 def _normalise(values: Any, kind: type) -> tuple:
@@ -191,23 +195,19 @@ def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:
     An `Arguments`.
     """
     nums, names = spec.positions(len(args))
-    dynamic_args, static_args, arrays = [], [], []
+    dynamic_args, static_args, arg_keys = [], [], []
     for i, value in enumerate(args):
-        dynamic, static, traced = _split(value, whole=i in nums)
+        dynamic, static, key = _split(value, whole=i in nums)
         dynamic_args.append(dynamic)
         static_args.append(static)
-        arrays += traced
-    dynamic_kwargs, static_kwargs = {}, {}
+        arg_keys.append(key)
+    dynamic_kwargs, static_kwargs, kwarg_keys = {}, {}, []
     for name in sorted(kwargs):
-        dynamic, static, traced = _split(kwargs[name], whole=name in names)
+        dynamic, static, key = _split(kwargs[name], whole=name in names)
         dynamic_kwargs[name] = dynamic
         static_kwargs[name] = static
-        arrays += traced
-    key = (
-        tuple(_exact_part(s) for s in static_args),
-        tuple((name, _exact_part(s)) for name, s in static_kwargs.items()),
-        _abstract(arrays),
-    )
+        kwarg_keys.append((name, key))
+    key = (tuple(arg_keys), tuple(kwarg_keys))
     return Arguments(
         tuple(dynamic_args), dynamic_kwargs, tuple(static_args), static_kwargs, key
     )

@@ -1,21 +1,21 @@
 """Stack: k independent call sites of one computation (no call's input depends on
-another's output) become ONE call on the stacked inputs (`jax.vmap` of the
-computation), so the computation is compiled once and its k products run
+another's output) become ONE call on the stacked inputs (the computation batched,
+`_stack_layout`), so the computation is compiled once and its k products run
 together as matrix-matrix products, as fast as XLA's inlined and merged ones."""
 
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 
 from .._compat import call_callee
 from ._cost import batchable
-from ._roll import call_with, eval_eqns, prologue
+from ._roll import eval_eqns, prologue
 from ._roll_plan import call_group
 from ._roll_steps import is_literal
+from ._stack_layout import stacked_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,16 +114,8 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
             jnp.stack([jnp.asarray(read(env, c.invars[p])) for c in calls])
             for p in varying
         ]
-
-        def one(*args):
-            # The one call site of the computation.
-            outs = call_with(call, env, varying, args)
-            return [
-                None if isinstance(v, jex.DropVar) else out
-                for v, out in zip(call.outvars, outs)
-            ]
-
-        outs = jax.vmap(one)(*stacked)
+        values = [read(env, v) for v in call.invars]
+        outs = stacked_call(call, values, varying, stacked)
         for j, c in enumerate(calls):
             for v, value in zip(c.outvars, outs):
                 if not isinstance(v, jex.DropVar) and value is not None:
