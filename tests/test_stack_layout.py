@@ -131,6 +131,7 @@ def test_products_keep_the_weight_in_its_layout(name, weight_left):
         assert tuple(rc) == tuple(range(len(rc)))
         weight = lhs if weight_left else rhs
         assert weight.ndim == 2 and K not in weight.shape
+
     # No transpose of the weight is added: every other `transpose` is of a
     # k-sized array.
     def transposes(closed):

@@ -122,9 +122,7 @@ def _elementwise(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
         return None
     batched = [d for d in bdims if d is not None]
     target = len(shape) if len(shape) in batched else batched[0]
-    size = next(
-        jnp.shape(v)[d] for v, d in zip(values, bdims) if d is not None
-    )
+    size = next(jnp.shape(v)[d] for v, d in zip(values, bdims) if d is not None)
     full = (*shape[:target], size, *shape[target:])
     keep = tuple(i for i in range(len(shape) + 1) if i != target)
     operands = [
@@ -181,9 +179,7 @@ def batched_eval(
         values, dims = zip(*(read(v) for v in eqn.invars)) if eqn.invars else ((), ())
         if all(d is None for d in dims):
             outs, out_dims = bind_equation(eqn, list(values)), None
-        elif eqn.primitive is prims.dot_general_p and (
-            done := _dot(eqn, values, dims)
-        ):
+        elif eqn.primitive is prims.dot_general_p and (done := _dot(eqn, values, dims)):
             outs, out_dims = [done[0]], [done[1]]
         elif eqn.primitive in _ELEMENTWISE and (
             done := _elementwise(eqn, values, dims)
