@@ -220,7 +220,8 @@ def stacked_call(
     The list of stacked outputs.
     """
     callee = call_callee(call)
-    args, bdims = list(values), [None] * len(values)
+    args = list(values)
+    bdims: list[int | None] = [None] * len(values)
     for p, value in zip(varying, stacked):
         args[p], bdims[p] = value, 0
     outs, out_dims = batched_eval(callee.jaxpr, callee.consts, args, bdims)
