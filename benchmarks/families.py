@@ -1,0 +1,260 @@
+"""Auto on program families it was not fitted to: stencils, adjoint pairs
+`J^T J + lambda I`, Gauss-Newton normal operators and Jacobians of small networks,
+each at n from 64 to 4096 with mixes of one to four solves and `mv`s
+(`benchmarks/families_cases.py`), scored as `benchmarks.auto` scores its grid:
+compile + 1 run (`Auto(runs=1)`) and compile + 100 runs (`Auto()`) over the best
+fixed policy (plain lineax among the candidates), measured in the same process.
+
+The cases are split in two halves (`families_cases.split`: alternating within each
+family). `benchmarks.fit_cost_model` fits the cost model's constants on the first
+half only and reports regret on the second; this benchmark reports the measured
+regret of Auto on each half (target on the held-out half: median <= 1.05 and worst
+<= 1.5 at both scores). Each Auto variant's observations (what `decide` read) are
+kept, so that a cost model can be scored on them offline.
+
+How to run
+----------
+
+    python -m benchmarks.families                 # every case, 3 repeats
+    python -m benchmarks.families --quick         # n <= 256, 1 repeat
+    python -m benchmarks.families --half held_out # one half only
+
+Results: `benchmarks/results/families.json` and `.png`.
+"""
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from statistics import median
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+
+import lineax_dispatch as lxd
+from benchmarks import families_cases as fc, harness
+from benchmarks.auto_report import AUTO_FOR, BASELINE, FIXED, score, SCORES
+from lineax_dispatch.policies import _auto, _program
+
+
+POLICIES = dict(
+    Lazy=lxd.Lazy,
+    Outline=lxd.Outline,
+    Roll=lxd.Roll,
+    Materialise=lambda: lxd.Materialise(batch_size=128),
+    Auto1=lambda: lxd.Auto(runs=1),
+    Auto=lxd.Auto,
+)
+VARIANTS = FIXED + (BASELINE,) + tuple(AUTO_FOR.values())
+LXD_JIT = ("Roll", *AUTO_FOR.values())
+TARGET_MEDIAN, TARGET_WORST = 1.05, 1.5
+RUN_SAMPLES, RUN_BUDGET_S = 51, 0.5
+
+
+def observation_record(o) -> dict:
+    """An `lxd.Observation` as a JSON dict (`lxd.Observation(**record)` rebuilds
+    it)."""
+    return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+
+
+def _recording(found: list):
+    """`decide`, recording each observation it is given into `found`."""
+    real = _program.decide
+
+    def decide(o, model):
+        found.append(observation_record(o))
+        return real(o, model)
+
+    return decide
+
+
+def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
+    """Times one (case, variant) with a fresh operator: trace (for `lxd.jit`, its
+    trace, analysis and rewrite), lower, compile, first call, run."""
+    policy = None if variant == BASELINE else POLICIES[variant]()
+    op, solver = fc.make_operator(case.family, arrays, case.n, policy)
+    f, params, _ = harness.split_program(op, fc.body(case, solver))
+    x = jax.random.normal(jax.random.key(harness.SEED + 5), (case.n,), jnp.float32)
+    args = (params, x)
+    observed: list = []
+    if variant in LXD_JIT:
+        jitted = lxd.jit(f)
+        stages = (lambda: jitted.decisions(*args), lambda _: jitted.lower(*args))
+    else:
+        jitted = jax.jit(f)
+        stages = (lambda: jitted.trace(*args), lambda traced: traced.lower())
+    recorder = _recording(observed)
+    with mock.patch.object(_program, "decide", recorder):
+        with mock.patch.object(_auto, "decide", recorder):
+            timings, compiled, out = harness.compile_stages(*stages, args)
+    first_s = timings["first_call_s"]
+    count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))
+    run_s = harness.median_call_time(lambda: compiled(*args), count)
+    total = sum(timings.values())
+    timings.update(run_s=run_s, total_s=total)
+    timings["compile_total_s"] = total - min(run_s, first_s)
+    out, steps, ok = out
+    timings.update(num_steps_max=int(steps), all_successful=bool(ok))
+    if variant in AUTO_FOR.values():
+        decisions = list(jitted.decisions(*args).values())
+        timings["choice"] = dict(
+            strategy="+".join(d.strategy for d in decisions) or "(none)",
+            decisions=[harness.decision_record(d) for d in decisions],
+        )
+        timings["observations"] = observed
+    return timings, out
+
+
+def run_case(case: fc.Case, repeats: int) -> dict:
+    """Every variant of `case`, `repeats` rounds interleaved (every other round in
+    reverse order); per variant the round with the median total is kept, with the
+    median run time."""
+    arrays = fc.family_arrays(case.family, case.n)
+    trials: dict = {v: [] for v in VARIANTS}
+    for round_ in range(repeats):
+        for variant in VARIANTS[:: -1 if round_ % 2 else 1]:
+            trials[variant].append(measure(variant, case, arrays))
+    results, outputs = {}, {}
+    for variant, got in trials.items():
+        t, outputs[variant] = harness.median_trial(got, "total_s", ["total_s"])
+        t["run_s"] = median(trial["run_s"] for trial, _ in got)
+        results[variant] = t
+    reference = outputs["Lazy"]
+    for variant, out in outputs.items():
+        results[variant]["rel_err_vs_lazy"] = harness.relative_error(out, reference)
+    row = dict(dataclasses.asdict(case), label=case.label, results=results)
+    row["scores"] = {str(r): case_score(results, r) for r in SCORES}
+    return row
+
+
+def case_score(results: dict, runs: int) -> dict:
+    """At one score: the best fixed policy (plain lineax among the candidates), and
+    Auto (told that number of runs) over it."""
+    totals = {v: score(t, runs) for v, t in results.items()}
+    best = min((v for v in FIXED + (BASELINE,) if v in totals), key=totals.get)
+    auto = AUTO_FOR[runs]
+    return dict(
+        totals=totals,
+        best=best,
+        auto_choice=results[auto]["choice"]["strategy"],
+        auto_over_best=totals[auto] / totals[best],
+    )
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per half and score: the median and worst of Auto over the best."""
+    fit, held = fc.split(fc.cases())
+    halves = dict(fit={c.label for c in fit}, held_out={c.label for c in held})
+    out: dict = {}
+    for half, labels in halves.items():
+        mine = [r for r in rows if r["label"] in labels]
+        if not mine:
+            continue
+        out[half] = {}
+        for runs in map(str, SCORES):
+            ratios = [r["scores"][runs]["auto_over_best"] for r in mine]
+            out[half][runs] = dict(
+                cases=len(ratios),
+                median=median(ratios),
+                worst=max(ratios),
+                met=median(ratios) <= TARGET_MEDIAN and max(ratios) <= TARGET_WORST,
+            )
+    return out
+
+
+def format_rows(rows: list[dict], totals: dict) -> str:
+    lines = [f"{'case':<44} {'runs':>4} {'best':<12} {'Auto chose':<24} Auto/best"]
+    for row in rows:
+        for runs in map(str, SCORES):
+            s = row["scores"][runs]
+            lines.append(
+                f"{row['label']:<44} {runs:>4} {s['best']:<12} "
+                f"{s['auto_choice'][:24]:<24} {s['auto_over_best']:.2f}"
+            )
+    for half, by_runs in totals.items():
+        for runs, s in by_runs.items():
+            lines.append(
+                f"{half:<9} runs={runs:<4} cases {s['cases']:>2}: median "
+                f"{s['median']:.3f}, worst {s['worst']:.3f} "
+                f"(target {TARGET_MEDIAN}, {TARGET_WORST}: {harness.met(s['met'])})"
+            )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path) -> None:
+    plt = harness.pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    fit, _ = fc.split(fc.cases())
+    fit_labels = {c.label for c in fit}
+    for i, runs in enumerate(map(str, SCORES)):
+        for j, row in enumerate(rows):
+            held = row["label"] not in fit_labels
+            ax.scatter(
+                j + 0.2 * i,
+                row["scores"][runs]["auto_over_best"],
+                marker="o" if runs == "1" else "s",
+                color="tab:red" if held else "tab:blue",
+                s=16,
+            )
+    ax.axhline(TARGET_WORST, color="grey", linestyle=":")
+    ax.axhline(TARGET_MEDIAN, color="grey", linestyle="--")
+    ax.set_yscale("log")
+    ax.set_xlabel("case (blue: fit half, red: held out; circle runs=1, square 100)")
+    ax.set_ylabel("Auto / best fixed")
+    ax.set_title(f"Auto on program families ({harness.jax_label()})")
+    harness.save(fig, path)
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    full, quick = dict(max_n=4096, repeats=3), dict(max_n=256, repeats=1)
+    parser = harness.parser(__doc__, full, quick)
+    parser.add_argument("--max-n", type=int, help="largest n (default 4096)")
+    parser.add_argument("--repeats", type=int, help="rounds per case (default 3)")
+    parser.add_argument(
+        "--half", choices=("all", "fit", "held_out"), default="all", help="cases"
+    )
+    parser.add_argument("--families", type=harness.name_list(fc.FAMILIES))
+    args = parser.parse_args(argv)
+    harness.fill_defaults(args, full, quick)
+    return args
+
+
+def selected(args) -> list[fc.Case]:
+    fit, held = fc.split(fc.cases())
+    pool = dict(all=fc.cases(), fit=fit, held_out=held)[args.half]
+    families = args.families or fc.FAMILIES
+    return [c for c in pool if c.n <= args.max_n and c.family in families]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    env = harness.environment(load_average=True)
+    conf = dict(max_n=args.max_n, repeats=args.repeats, half=args.half)
+    harness.print_setup(env, conf)
+    warm = fc.Case("stencil", 16, 1, 1)
+    for variant in VARIANTS:  # JAX's own first-use costs, discarded
+        measure(variant, warm, fc.family_arrays("stencil", 16))
+    rows = []
+    for case in selected(args):
+        row = run_case(case, args.repeats)
+        rows.append(row)
+        s1, s100 = (row["scores"][str(r)] for r in SCORES)
+        print(
+            f"  {case.label:<44} runs=1 {s1['auto_over_best']:.2f} "
+            f"({s1['auto_choice']} vs {s1['best']}), runs=100 "
+            f"{s100['auto_over_best']:.2f} ({s100['auto_choice']} vs {s100['best']})",
+            flush=True,
+        )
+    totals = summary(rows)
+    print(format_rows(rows, totals))
+    elapsed = time.perf_counter() - start
+    print(f"total benchmark time: {elapsed:.1f} s")
+    payload = dict(environment=env, config=conf, cases=rows, summary=totals)
+    payload["total_seconds"] = elapsed if math.isfinite(elapsed) else None
+    harness.write_results(args.out, "families", payload, lambda p: plot(rows, p))
+
+
+if __name__ == "__main__":
+    main()
