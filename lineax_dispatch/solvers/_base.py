@@ -244,9 +244,15 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         flat = system.flat
         with jax.numpy_dtype_promotion("standard"):
             y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
-            norm1 = self.norm(flat.unravel(state.r / state.b_scale))
             norm2 = self.norm(flat.unravel(state.diff / y_scale))
-        return (norm1 > 1) | (norm2 > 1)
+        return (self.residual_norm(system, state) > 1) | (norm2 > 1)
+
+    def residual_norm(self, system: System, state: _Residuals) -> Scalar:
+        """The residual `state.r` measured by `norm` in units of its tolerance
+        `state.b_scale` (`atol + rtol * |c|`): the first half of `not_converged`'s
+        test, which it passes at or below 1."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.norm(system.flat.unravel(state.r / state.b_scale))
 
     def b_scale(self, b: Array) -> Array:
         """`atol + rtol * |b|`, elementwise: the scale of lineax's residual test."""

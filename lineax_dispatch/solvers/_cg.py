@@ -22,21 +22,31 @@ from ._system import System
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
-# The loop's `mode`: its next pass is an ordinary step or a residual pass (the
-# first and every refresh), or it stopped because the last `p^T A p` was negative
-# (the operator is not definite: `breakdown`) or too small (`singular`). One value
-# rather than a flag and a code: XLA:CPU compiles each scalar the loop computes
-# apart as a kernel of its own, at ~10 ms each.
-_STEP, _RESIDUAL, _CURVATURE_NEGATIVE, _CURVATURE_ZERO = (np.int32(c) for c in range(4))
+# The loop's `mode`: its next pass is an ordinary step, a residual pass (the first
+# and every refresh) or a check (a residual pass after a step whose updated
+# residual passed the test); or it stopped because the last `p^T A p` was negative
+# (the operator is not definite: `breakdown`) or too small (`singular`), or because
+# a check failed without having halved the true residual since the check before
+# (`stagnation`; every failed residual pass after a failed check must halve it).
+# One value rather than flags and a code: XLA:CPU compiles each
+# scalar the loop computes apart as a kernel of its own, at ~10 ms each.
+_STEP, _RESIDUAL, _CURVATURE_NEGATIVE, _CURVATURE_ZERO, _CHECK, _STAGNATED = (
+    np.int32(c) for c in range(6)
+)
+# After a failed check, a residual pass that fails the test stops the solve unless
+# the true residual is at most this fraction of that at the failed pass before.
+_CHECK_PROGRESS = 0.5
 
 
 class _Loop(NamedTuple):
     """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
     update `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
-    why the loop stopped early (`_STEP`, `_RESIDUAL`, `_CURVATURE_*`);
-    `unconverged` is the stopping test of this state (computed once, at the end of
-    the pass that made it); `b_scale` scales the right-hand side for the stopping
-    test. (Whether that is finite needs no flag: `gamma` is non-finite from the
+    why the loop stopped early (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
+    `_STAGNATED`); `unconverged` is the stopping test of this state (computed
+    once, at the end of the pass that made it); `checked` is the true residual, in
+    units of its tolerance, at the last failed residual pass from the first failed
+    check on (infinite before it);
+    `b_scale` scales the right-hand side for the stopping test. (Whether that is finite needs no flag: `gamma` is non-finite from the
     first pass on where the residual is, and the loop stops.)"""
 
     y: Inexact[Array, " n"]
@@ -47,6 +57,7 @@ class _Loop(NamedTuple):
     step: Int[Array, ""]
     mode: Int[Array, ""]
     unconverged: Bool[Array, ""]
+    checked: Array
     b_scale: Array
 
 
@@ -62,9 +73,13 @@ class CG(AbstractOneSiteSolver[_CGState]):
     (the first step and every `stabilise_every`-th). Each refresh therefore costs
     one extra pass through the loop rather than a second copy of `mv`. A step whose
     updated residual passes the stopping test is followed by such a pass, and the
-    solve stops only if the true residual passes it too (otherwise CG goes on from
-    it): a reported success is one of the true residual, where lineax's test reads
-    the updated one, which can shrink below the dtype's precision.
+    solve stops only if the true residual passes it too: a reported success is one
+    of the true residual, where lineax's test reads the updated one, which can
+    shrink below the dtype's precision. After a failed check CG goes on from the
+    true residual; from then on a residual pass (a check or a refresh) that fails
+    the test without having halved the true residual since the failed pass before
+    stops the solve with `stagnation` (the tolerance is below what the dtype can
+    reach on this system), where going on to `max_steps` gains nothing.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -74,6 +89,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
     - `y0`: the initial estimate of the solution. Defaults to zeros.
 
     Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax),
+    `stagnation` when the true residual misses the tolerance and stops shrinking,
     `breakdown` when a direction of negative curvature shows the operator is not
     definite, `singular` when the curvature vanishes, `nonfinite_input`.
 
@@ -146,15 +162,18 @@ class CG(AbstractOneSiteSolver[_CGState]):
             step=jnp.array(0),
             mode=jnp.asarray(_RESIDUAL),
             unconverged=jnp.array(True),  # `diff` is infinite
+            checked=jnp.full((), jnp.inf, jnp.finfo(flat.dtype).dtype),
             b_scale=b_scale,
         )
 
         def cond_fun(s: _Loop):
             iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps) & s.unconverged
-            return (s.mode == _RESIDUAL) | ((s.mode == _STEP) & iterate)
+            pending = (s.mode == _RESIDUAL) | (s.mode == _CHECK)
+            return pending | ((s.mode == _STEP) & iterate)
 
         def body_fun(s: _Loop):
-            pending, p, gamma = s.mode == _RESIDUAL, s.p, s.gamma
+            pending = (s.mode == _RESIDUAL) | (s.mode == _CHECK)
+            p, gamma = s.p, s.gamma
             # The one application slot: the iterate on a residual step, else the
             # search direction. `out` is then the residual; `product` is `A p` on
             # an ordinary step (where it is read), the bare output of `mv`.
@@ -190,8 +209,17 @@ class CG(AbstractOneSiteSolver[_CGState]):
             # pass computes the true residual `b - A y` (the updated one drifts
             # from it, and goes on shrinking below the dtype's precision), and the
             # loop stops only if that passes too.
+            # From the first failed check on, every residual pass that fails the
+            # test (a check or a refresh) must have halved the true residual since
+            # the one before, or the loop stops (`stagnation`).
             check = step_taken & ~unconverged
-            mode = select(bad, code, select(refresh | check, _RESIDUAL, _STEP))
+            failed = unconverged & (
+                (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
+            )
+            true_norm = self.residual_norm(system, new)
+            stagnated = failed & ~(true_norm <= _CHECK_PROGRESS * s.checked)
+            next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
+            mode = select(bad, code, select(stagnated, _STAGNATED, next_pass))
             # (Read from `mode`, which the loop carries anyway, rather than from
             # `refresh` and `bad`: one scalar kernel fewer.)
             advance = mode == _STEP
@@ -200,6 +228,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 gamma=select(advance, gamma_new, gamma),
                 mode=mode,
                 unconverged=unconverged,
+                checked=select(failed, true_norm.astype(s.checked.dtype), s.checked),
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
@@ -215,7 +244,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
             max_steps,
             s.unconverged,
             finite_input=jnp.isfinite(s.gamma),
-            codes=((s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),),
+            codes=(
+                (s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),
+                (s.mode == _STAGNATED, lx.RESULTS.stagnation),
+            ),
             breakdown=s.mode == _CURVATURE_NEGATIVE,
         )
 
