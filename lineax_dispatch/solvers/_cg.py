@@ -26,10 +26,10 @@ _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
 # and every refresh) or a check (a residual pass after a step whose updated
 # residual passed the test); or it stopped because the last `p^T A p` was negative
 # (the operator is not definite: `breakdown`) or too small (`singular`), or because
-# a check failed without having halved the true residual since the check before
-# (`stagnation`; every failed residual pass after a failed check must halve it).
-# One value rather than flags and a code: XLA:CPU compiles each
-# scalar the loop computes apart as a kernel of its own, at ~10 ms each.
+# a residual pass after a failed check failed too without having halved the true
+# residual (`stagnation`). One value rather than flags and a code: XLA:CPU
+# compiles each scalar the loop computes apart as a kernel of its own, at ~10 ms
+# each.
 _STEP, _RESIDUAL, _CURVATURE_NEGATIVE, _CURVATURE_ZERO, _CHECK, _STAGNATED = (
     np.int32(c) for c in range(6)
 )
@@ -45,9 +45,9 @@ class _Loop(NamedTuple):
     `_STAGNATED`); `unconverged` is the stopping test of this state (computed
     once, at the end of the pass that made it); `checked` is the true residual, in
     units of its tolerance, at the last failed residual pass from the first failed
-    check on (infinite before it);
-    `b_scale` scales the right-hand side for the stopping test. (Whether that is finite needs no flag: `gamma` is non-finite from the
-    first pass on where the residual is, and the loop stops.)"""
+    check on (infinite before it); `b_scale` scales the right-hand side for the
+    stopping test. (Whether that is finite needs no flag: `gamma` is non-finite
+    from the first pass on where the residual is, and the loop stops.)"""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
