@@ -149,7 +149,6 @@ def test_true_residual_check_under_grad_and_vmap(name):
     np.testing.assert_allclose(got, want, rtol=1e-7)
 
 
-
 @pytest.mark.parametrize("seed", range(4))
 def test_cg_stops_with_stagnation_where_the_tolerance_is_out_of_reach(seed):
     """A tolerance float32 cannot reach on the system (1e-7 at condition number
