@@ -17,6 +17,7 @@ from jax._src import (
     source_info_util as _source_info,
     stages as _jax_stages,
 )
+from jax._src.interpreters import partial_eval as _pe
 from jax._src.lax import lax as _jax_lax
 from jax.interpreters import ad as _ad, batching as _batching, mlir as _mlir
 
@@ -358,3 +359,20 @@ def is_symbolic_zero(x: Any) -> bool:
 def symbolic_zero(aval: Any) -> Any:
     """JAX's symbolic zero tangent (or cotangent) of a value of type `aval`."""
     return _ad.Zero(aval.to_tangent_aval())
+
+
+def live_equations(jaxpr: Any) -> Any:
+    """`jaxpr` without the equations none of its outputs depend on (and that have
+    no effects), as JAX drops them when it lowers a function: a JVP's primal
+    computation whose output is unused, say. Every input is kept.
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`.
+
+    **Returns:**
+
+    The pruned `Jaxpr`.
+    """
+    pruned, _ = _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+    return pruned

@@ -205,3 +205,20 @@ def test_with_jaxpr():
     replaced = _compat.with_jaxpr(traced, other)
     assert replaced is not None, "jax.stages.Traced changed: update _compat.with_jaxpr"
     np.testing.assert_allclose(replaced.lower().compile()(jnp.ones(3)), 3.0)
+
+
+def test_live_equations():
+    """`partial_eval.dce_jaxpr`: the equations no output depends on are dropped, the
+    inputs kept."""
+
+    def f(x, y):
+        unused = jnp.sin(y) * 3.0
+        del unused
+        return 2.0 * x
+
+    closed = jax.make_jaxpr(f)(jnp.ones(3), jnp.ones(3))
+    pruned = _compat.live_equations(closed.jaxpr)
+    assert [e.primitive.name for e in pruned.eqns] == ["mul"]
+    assert len(pruned.invars) == 2
+    out = jax.core.eval_jaxpr(pruned, closed.consts, jnp.ones(3), jnp.ones(3))
+    np.testing.assert_allclose(out[0], 2.0 * jnp.ones(3))

@@ -54,6 +54,53 @@ def test_mv_cost_from_the_jaxpr_is_xlas_where_it_is_not_lowered(dtype):
         assert mv_cost(op).source == "cost_analysis"
 
 
+def _stencil(x):
+    g = x.reshape(6, 6)
+    padded = jnp.pad(g, 1)
+    near = padded[:-2, 1:-1] + padded[2:, 1:-1] + padded[1:-1, :-2] + padded[1:-1, 2:]
+    return (4.05 * g - near).reshape(-1)
+
+
+def _network(w1, w2, x):
+    return x + w2 @ jnp.tanh(w1 @ x)
+
+
+def _zoo():
+    """`mv`s a user writes, each made of primitives counted as XLA counts them:
+    data movement (a stencil), transcendentals, a JVP whose primal output is
+    unused, reductions, integer powers, the logistic function."""
+    w1 = jnp.full((36, 36), 0.01, jnp.float32)
+    w2 = jnp.full((36, 36), 0.02, jnp.float32) + jnp.eye(36, dtype=jnp.float32)
+    x0 = jnp.linspace(-1.0, 1.0, 36, dtype=jnp.float32)
+    return {
+        "stencil": (lambda _, x: _stencil(x), ()),
+        "network": (lambda a, x: _network(*a, x), (w1, w2)),
+        "jvp": (
+            lambda a, x: jax.jvp(lambda y: _network(a[0], a[1], y), (a[2],), (x,))[1],
+            (w1, w2, x0),
+        ),
+        "powers": (lambda a, x: x**3 + 2 * x**2 + jnp.sum(x) * a[0], (x0,)),
+        "logistic": (lambda a, x: jax.nn.sigmoid(a[0] * x) * x, (x0,)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_zoo()))
+def test_mv_cost_counts_as_xla_without_lowering(name):
+    """The zoo's functions are counted from their jaxprs (no lowering): flops as
+    XLA's cost analysis gives them, bytes within 10% (XLA counts a padded or
+    sliced operand's bytes its own way)."""
+    fn, arrays = _zoo()[name]
+    structure = jax.ShapeDtypeStruct((36,), jnp.float32)
+    op = lxd.FunctionLinearOperator(eqx.Partial(fn, arrays), structure)
+    cost = mv_cost(op)
+    assert cost.source == "jaxpr"
+    analysis = jax.jit(fn).lower(arrays, structure).cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0]
+    assert cost.flops == analysis["flops"]
+    assert cost.bytes == pytest.approx(analysis["bytes accessed"], rel=0.1)
+
+
 def test_decision_estimates_are_typed_and_hold_their_policies():
     o = lxd.observe(_op(), memory_budget=2**30, call_sites=16, rollable=True)
     decision = lxd.decide(o)

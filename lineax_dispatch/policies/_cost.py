@@ -6,9 +6,11 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 
+from .._compat import live_equations
 from ._marked import current_scope, inline_mv, mv_parts
 from ._registry import cost_cache, is_leaf_array, operator_key
 from ._sizes import array_bytes, itemsize, matrix_bytes, vector_bytes
@@ -82,12 +84,52 @@ class _Totals:
 # Lowering a function prints its closed-over constants into the module; above this
 # many bytes of constants the cost comes from the jaxpr alone.
 _LOWER_CONSTANTS_LIMIT = 16 * 2**20
-# Primitives whose flops and bytes `_walk` counts as XLA's cost analysis of the
-# lowered function does (2 m n k per dot product, one flop per element otherwise,
-# every operand and result accessed once): a function made of these alone, with
-# no constants (XLA counts their bytes too), is not lowered for its cost (lowering
-# and analysing it took longer than the rest of a decision).
-_COUNTED_AS_XLA = frozenset({"dot_general", "add", "add_any", "sub", "mul", "neg"})
+# How `_walk` counts flops as XLA's cost analysis of the lowered function does
+# (checked against it on jax 0.10.2, tests/test_cost.py): 2 m n k per dot product,
+# one per element for the elementwise arithmetic below, none for the
+# transcendentals (XLA counts those apart) and for moving data, n - 1 per reduction
+# of n elements, k - 1 multiplications (at most) for `x**k`; every operand and
+# result accessed once. A function made of these alone (at any depth of nested
+# calls), real-valued and closing over no arrays (XLA counts their bytes too), is
+# not lowered for its cost: lowering and analysing took 14-40 ms a function, more
+# than the rest of a decision.
+_ELEMENTWISE = frozenset(
+    {
+        "add", "add_any", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
+        "select_n", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
+        "convert_element_type", "square", "floor", "ceil", "round", "clamp", "rem",
+        "stop_gradient",
+    }
+)  # fmt: skip
+_MOVES = frozenset(
+    {
+        "reshape", "slice", "pad", "broadcast_in_dim", "concatenate", "transpose",
+        "squeeze", "expand_dims", "rev", "copy", "copy_p", "dynamic_slice",
+        "dynamic_update_slice",
+    }
+)  # fmt: skip
+_TRANSCENDENTAL = frozenset(
+    {
+        "tanh", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt",
+        "sin", "cos", "tan", "erf", "atan2", "pow",
+    }
+)  # fmt: skip
+_NO_FLOPS = _MOVES | _TRANSCENDENTAL
+_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
+_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call"})
+_EXPANDED = {"logistic": (3.0, 9), "one_minus_square": (3.0, 8)}
+_COUNTED_AS_XLA = (
+    _ELEMENTWISE
+    | _NO_FLOPS
+    | _REDUCTIONS
+    | _CALLS
+    | frozenset(_EXPANDED)
+    | {"dot_general", "integer_pow"}
+)
+# Of these, the ones counted so on complex values too.
+_COUNTED_ON_COMPLEX = (
+    frozenset({"dot_general", "add", "add_any", "sub", "mul", "neg"}) | _MOVES | _CALLS
+)
 
 
 def _sub_jaxprs(eqn) -> list:
@@ -112,21 +154,62 @@ def _walk(jaxpr, totals: _Totals) -> None:
         in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
         totals.bytes += sum(array_bytes(a) for a in in_avals + out_avals)
         totals.workspace += sum(array_bytes(a) for a in out_avals)
-        if eqn.primitive.name == "dot_general":
+        name = eqn.primitive.name
+        out_size = sum(math.prod(a.shape) for a in out_avals)
+        if name == "dot_general":
             (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval
             contracted = math.prod(lhs.shape[d] for d in lhs_contract)
-            out_size = math.prod(out_avals[0].shape)
             totals.flops += 2.0 * out_size * contracted
             totals.dots += 1
+            continue
+        totals.ops += 1
+        if name in _NO_FLOPS:
+            continue
+        if name in _REDUCTIONS:
+            in_size = sum(math.prod(a.shape) for a in in_avals)
+            totals.flops += float(max(in_size - out_size, 0))
+        elif name == "integer_pow":
+            k = abs(int(eqn.params["y"]))
+            multiplies = max(k.bit_length() + bin(k).count("1") - 2, 1)
+            totals.flops += float(out_size * multiplies)
+            # Lowered to that many products, each reading two arrays and writing
+            # one.
+            out_bytes = sum(array_bytes(a) for a in out_avals)
+            totals.bytes += (3 * multiplies - 2) * out_bytes
+        elif name in _EXPANDED:
+            # Lowered to several operations (`logistic` to `1 / (1 + exp(-x))`;
+            # jax >= 0.11's `one_minus_square`, tanh's derivative): their flops
+            # per element and arrays accessed beyond an operand and a result.
+            flops, arrays = _EXPANDED[name]
+            totals.flops += flops * out_size
+            totals.bytes += arrays * sum(array_bytes(a) for a in out_avals)
         else:
-            totals.flops += float(sum(math.prod(a.shape) for a in out_avals))
-            totals.ops += 1
+            totals.flops += float(out_size)
+            # A scalar operand of an array operation is broadcast first: one array
+            # more written and read.
+            if out_size > 1:
+                scalars = sum(1 for a in in_avals if not a.shape)
+                totals.bytes += scalars * sum(array_bytes(a) for a in out_avals)
 
 
 def _counted_as_xla(jaxpr: Any) -> bool:
-    """Whether `_walk`'s count of `jaxpr` is XLA's (see `_COUNTED_AS_XLA`)."""
-    return all(eqn.primitive.name in _COUNTED_AS_XLA for eqn in jaxpr.eqns)
+    """Whether `_walk`'s count of `jaxpr` is XLA's (see `_COUNTED_AS_XLA`): every
+    equation, in nested calls too, of a primitive counted so (on complex values,
+    one of `_COUNTED_ON_COMPLEX`)."""
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name not in _COUNTED_AS_XLA:
+            return False
+        avals = [v.aval for v in (*eqn.invars, *eqn.outvars)]
+        if not all(hasattr(a, "dtype") for a in avals):
+            return False
+        complex_ = any(jnp.issubdtype(a.dtype, jnp.complexfloating) for a in avals)
+        if complex_ and name not in _COUNTED_ON_COMPLEX:
+            return False
+        if not all(_counted_as_xla(sub) for sub in _sub_jaxprs(eqn)):
+            return False
+    return True
 
 
 def jaxpr_cost(closed: Any) -> MvCost:
@@ -178,13 +261,15 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
     cached per operator kind in the current context.
 
-    Flops and bytes come from XLA's `cost_analysis()` of the lowered (not
-    compiled) function where the backend gives it and the function's constants
-    are small; otherwise from the jaxpr (dot products counted exactly, other
-    operations by their output sizes). A function of dot products, sums, products
-    and negations alone, closing over no arrays, is counted from its jaxpr, which
-    gives XLA's figures for it without lowering it. Dot and operation counts always
-    come from the jaxpr.
+    Flops and bytes come from the jaxpr (its live equations, as JAX lowers them),
+    counted as XLA's cost analysis counts them, where every primitive in it is one
+    whose count is known (dot products, elementwise arithmetic, transcendentals,
+    data movement, reductions, nested calls of these) and it closes over no
+    arrays: a stencil, a small network, a JVP or VJP of one. Otherwise from XLA's
+    `cost_analysis()` of the lowered (not compiled) function where the backend
+    gives it and the function's constants are small, else from the jaxpr (other
+    operations by their output sizes). Dot and operation counts always come from
+    the jaxpr.
 
     **Arguments:**
 
@@ -228,8 +313,9 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
         cost = _estimate(operator)
         cache[key] = cost
         return cost
-    cost = jaxpr_cost(closed)
-    exact = not closed.consts and _counted_as_xla(closed.jaxpr)
+    live = live_equations(closed.jaxpr)
+    cost = jaxpr_cost(closed.replace(jaxpr=live))
+    exact = not closed.consts and _counted_as_xla(live)
     if not exact and cost.constant_bytes <= _LOWER_CONSTANTS_LIMIT:
         try:
             analysis = traced.lower().cost_analysis() or {}
