@@ -159,12 +159,7 @@ def measure(variant: str, data: OperatorData, case: dict) -> tuple[dict, object]
     f, params, _ = make_program(variant, data, workload, case["k"])
     x = jax.random.normal(jax.random.key(SEED + 7), (case["n"],), jnp.float32)
     args = (params, RHS_SCALE * x if workload == "solve" else x)
-    if variant in LXD_JIT:
-        jitted = lxd.jit(f)
-        stages = (lambda: jitted.decisions(*args), lambda _: jitted.lower(*args))
-    else:
-        jitted = jax.jit(f)
-        stages = (lambda: jitted.trace(*args), lambda traced: traced.lower())
+    jitted, stages = harness.jit_stages(f, args, variant in LXD_JIT)
     timings, compiled, out = harness.compile_stages(*stages, args)
     first_s = timings["first_call_s"]
     count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(first_s, 1e-6))))

@@ -78,12 +78,7 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     x = jax.random.normal(jax.random.key(harness.SEED + 5), (case.n,), jnp.float32)
     args = (params, x)
     observed: list = []
-    if variant in LXD_JIT:
-        jitted = lxd.jit(f)
-        stages = (lambda: jitted.decisions(*args), lambda _: jitted.lower(*args))
-    else:
-        jitted = jax.jit(f)
-        stages = (lambda: jitted.trace(*args), lambda traced: traced.lower())
+    jitted, stages = harness.jit_stages(f, args, variant in LXD_JIT)
     recorder = _recording(observed)
     with mock.patch.object(_program, "decide", recorder):
         with mock.patch.object(_auto, "decide", recorder):

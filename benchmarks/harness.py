@@ -109,6 +109,18 @@ def compile_stages(trace: Callable, lower: Callable, args) -> tuple:
     return dict(stages, first_call_s=first_s), compiled, out
 
 
+def jit_stages(f: Callable, args, program_level: bool) -> tuple:
+    """The `(trace, lower)` stages of `compile_stages` for `f` on `args`: under
+    `lxd.jit` where `program_level` (its one trace, analysis and rewrite, then its
+    lowering), else under `jax.jit` (trace, then lower). Returns `(jitted,
+    stages)`."""
+    if program_level:
+        jitted = lxd.jit(f)
+        return jitted, (lambda: jitted.decisions(*args), lambda _: jitted.lower(*args))
+    jitted = jax.jit(f)
+    return jitted, (lambda: jitted.trace(*args), lambda traced: traced.lower())
+
+
 def time_program(program: Callable, params, arg, min_runs: int):
     """Times `jax.jit(program)` on `(params, arg)` (see the module docstring).
     Returns `(timings, compiled, out)`, `out` the first call's output."""
