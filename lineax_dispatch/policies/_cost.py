@@ -85,14 +85,16 @@ class _Totals:
 # many bytes of constants the cost comes from the jaxpr alone.
 _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 # How `_walk` counts flops as XLA's cost analysis of the lowered function does
-# (checked against it on jax 0.10.2, tests/test_cost.py): 2 m n k per dot product,
-# one per element for the elementwise arithmetic below, none for the
-# transcendentals (XLA counts those apart) and for moving data, n - 1 per reduction
-# of n elements, k - 1 multiplications (at most) for `x**k`; every operand and
-# result accessed once. A function made of these alone (at any depth of nested
-# calls), real-valued and closing over no arrays (XLA counts their bytes too), is
-# not lowered for its cost: lowering and analysing took 14-40 ms a function, more
-# than the rest of a decision.
+# (checked against it on jax 0.10.2 and 0.12, tests/test_records.py): 2 m n k per
+# dot product, one per element for the elementwise arithmetic below, none for the
+# transcendentals (XLA counts those apart) and for moving data, n - 1 per
+# reduction of n elements, the square-and-multiply products of `x**k`, and the
+# operations `_EXPANDED` primitives lower to; every operand and result accessed
+# once, a broadcast scalar operand as one array more. A function made of these
+# alone (at any depth of nested calls; on complex values, of
+# `_COUNTED_ON_COMPLEX` alone) and closing over no arrays (XLA counts their bytes
+# too) is not lowered for its cost: lowering and analysing took 9-45 ms a
+# function, more than the rest of a decision.
 _ELEMENTWISE = frozenset(
     {
         "add", "add_any", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
