@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree, Scalar
+from lineax.internal import max_norm
 
 from .._validate import as_int, as_real, check_tolerance
 from ..policies._registry import own_code
@@ -246,6 +247,27 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
             norm2 = self.norm(flat.unravel(state.diff / y_scale))
         return (self.residual_norm(system, state) > 1) | (norm2 > 1)
+
+    def test_measure(self, system: System, state: _Residuals) -> Scalar:
+        """The larger of `not_converged`'s two measures: the residual `state.r` and
+        the last update `state.diff`, each measured by `norm` in units of its
+        tolerance (`state.b_scale`, and `atol + rtol * |y|`). The test passes at
+        or below 1; a NaN (a non-finite residual or iterate) fails it.
+
+        With the default `max_norm` both are one reduction over the elementwise
+        larger of the two (absolute values before the division by the real
+        scales: an infinite complex update stays infinite), where lineax reduces
+        each apart: XLA:CPU compiles every reduction in a loop into kernels of its
+        own.
+        """
+        flat = system.flat
+        with jax.numpy_dtype_promotion("standard"):
+            y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
+            if self.norm is max_norm and flat.size > 0:
+                residual = jnp.abs(state.r) / state.b_scale
+                return jnp.max(jnp.maximum(residual, jnp.abs(state.diff) / y_scale))
+            update = self.norm(flat.unravel(state.diff / y_scale))
+            return jnp.maximum(self.residual_norm(system, state), update)
 
     def residual_norm(self, system: System, state: _Residuals) -> Scalar:
         """The residual `state.r` measured by `norm` in units of its tolerance

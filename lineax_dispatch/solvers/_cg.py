@@ -8,7 +8,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
-from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
+from jaxtyping import Array, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ._base import (
@@ -22,16 +22,19 @@ from ._system import System
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
-# The loop's `mode`: its next pass is an ordinary step, a residual pass (the first
-# and every refresh) or a check (a residual pass after a step whose updated
-# residual passed the test); or it stopped because the last `p^T A p` was negative
-# (the operator is not definite: `breakdown`) or too small (`singular`), or because
-# a residual pass after a failed check failed too without having halved the true
-# residual (`stagnation`). One value rather than flags and a code: XLA:CPU
-# compiles each scalar the loop computes apart as a kernel of its own, at ~10 ms
-# each.
-_STEP, _RESIDUAL, _CURVATURE_NEGATIVE, _CURVATURE_ZERO, _CHECK, _STAGNATED = (
-    np.int32(c) for c in range(6)
+# The loop's `mode`: its next pass is an ordinary step (0), a residual pass (the
+# first and every refresh) or a check (a residual pass after a step whose updated
+# residual passed the test); or, negative, it stopped: because the last `p^T A p`
+# was negative (the operator is not definite: `breakdown`) or too small
+# (`singular`), because a residual pass after a failed check failed too without
+# having halved the true residual (`stagnation`), or because a residual pass
+# passed the test (converged). One value rather than flags and a code, the passes
+# to come positive so that `mode > _STEP` is the one comparison that says a pass
+# is a residual pass: XLA:CPU compiles each scalar the loop computes apart as a
+# kernel of its own, at 2-4 ms of compile each.
+_STEP, _RESIDUAL, _CHECK = np.int32(0), np.int32(1), np.int32(2)
+_CURVATURE_NEGATIVE, _CURVATURE_ZERO, _STAGNATED, _CONVERGED = (
+    np.int32(c) for c in range(-1, -5, -1)
 )
 # After a failed check, a residual pass that fails the test stops the solve unless
 # the true residual is at most this fraction of that at the failed pass before.
@@ -41,13 +44,14 @@ _CHECK_PROGRESS = 0.5
 class _Loop(NamedTuple):
     """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
     update `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
-    why the loop stopped early (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
-    `_STAGNATED`); `unconverged` is the stopping test of this state (computed
-    once, at the end of the pass that made it); `checked` is the true residual, in
-    units of its tolerance, at the last failed residual pass from the first failed
-    check on (infinite before it); `b_scale` scales the right-hand side for the
-    stopping test. (Whether that is finite needs no flag: `gamma` is non-finite
-    from the first pass on where the residual is, and the loop stops.)"""
+    why the loop stopped (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
+    `_STAGNATED`, `_CONVERGED`: a loop in `_STEP` has not passed the stopping
+    test); `checked` is the stopping test's measure (`test_measure`: the residual
+    or the update, in units of its tolerance) at the last failed residual pass
+    from the first failed check on (infinite before it); `b_scale` scales the
+    right-hand side for the stopping test. (Whether that is finite needs no flag:
+    `gamma` is non-finite from the first pass on where the residual is, and the
+    loop stops.)"""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
@@ -56,7 +60,6 @@ class _Loop(NamedTuple):
     gamma: Inexact[Array, ""]
     step: Int[Array, ""]
     mode: Int[Array, ""]
-    unconverged: Bool[Array, ""]
     checked: Array
     b_scale: Array
 
@@ -161,18 +164,17 @@ class CG(AbstractOneSiteSolver[_CGState]):
             gamma=zero,
             step=jnp.array(0),
             mode=jnp.asarray(_RESIDUAL),
-            unconverged=jnp.array(True),  # `diff` is infinite
             checked=jnp.full((), jnp.inf, jnp.finfo(flat.dtype).dtype),
             b_scale=b_scale,
         )
 
         def cond_fun(s: _Loop):
-            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps) & s.unconverged
-            pending = (s.mode == _RESIDUAL) | (s.mode == _CHECK)
+            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
+            pending = s.mode > _STEP
             return pending | ((s.mode == _STEP) & iterate)
 
         def body_fun(s: _Loop):
-            pending = (s.mode == _RESIDUAL) | (s.mode == _CHECK)
+            pending = s.mode > _STEP
             p, gamma = s.p, s.gamma
             # The one application slot: the iterate on a residual step, else the
             # search direction. `out` is then the residual; `product` is `A p` on
@@ -204,7 +206,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
             gamma_new = dot(z, r)
             beta = select(first, 0, gamma_new / select(first, 1, gamma))
             new = s._replace(y=y, r=r, diff=diff, step=step, b_scale=b_scale)
-            unconverged = self.not_converged(system, new)
+            measure = self.test_measure(system, new)
+            unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
             # A step whose updated residual passes the test is checked: the next
             # pass computes the true residual `b - A y` (the updated one drifts
             # from it, and goes on shrinking below the dtype's precision), and the
@@ -216,9 +219,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
             failed = unconverged & (
                 (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
             )
-            true_norm = self.residual_norm(system, new)
-            stagnated = failed & ~(true_norm <= _CHECK_PROGRESS * s.checked)
+            stagnated = failed & ~(measure <= _CHECK_PROGRESS * s.checked)
             next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
+            next_pass = select(pending & ~unconverged, _CONVERGED, next_pass)
             mode = select(bad, code, select(stagnated, _STAGNATED, next_pass))
             # (Read from `mode`, which the loop carries anyway, rather than from
             # `refresh` and `bad`: one scalar kernel fewer.)
@@ -227,13 +230,14 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 p=select(advance, z + beta * p, p),
                 gamma=select(advance, gamma_new, gamma),
                 mode=mode,
-                unconverged=unconverged,
-                checked=select(failed, true_norm.astype(s.checked.dtype), s.checked),
+                checked=select(failed, measure.astype(s.checked.dtype), s.checked),
             )
 
         s = lax.while_loop(cond_fun, body_fun, init)
-        # `gamma = <M r, r>` is that of the final residual: every pass that changes
-        # `r` but not `gamma` is followed by one that does. It is non-finite where
+        # `gamma = <M r, r>` is that of the final residual, or of the updated one
+        # before a residual pass that passed the test (so finite where that is):
+        # every other pass that changes `r` but not `gamma` is followed by one
+        # that does. It is non-finite where
         # the right-hand side or the operator is (a non-finite entry of `r` makes a
         # term of the sum inf or NaN), so it stands for the check of both. (A
         # non-finite iterate with a finite residual is left to `lx.linear_solve`'s
@@ -242,7 +246,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             system,
             s,
             max_steps,
-            s.unconverged,
+            s.mode != _CONVERGED,
             finite_input=jnp.isfinite(s.gamma),
             codes=(
                 (s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),
