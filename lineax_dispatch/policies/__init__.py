@@ -14,6 +14,7 @@ from ._budget import (
     format_bytes as format_bytes,
     parse_memory_budget as parse_memory_budget,
 )
+from ._calibration import machine_cost_model as machine_cost_model
 from ._cost import mv_cost as mv_cost, MvCost as MvCost
 from ._decide import CostModel as CostModel, decide as decide
 from ._decision import Decision as Decision, Estimate as Estimate

@@ -8,6 +8,7 @@ from jaxtyping import PyTree
 from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._budget import optional_budget, resolve_budget
+from ._calibration import machine_cost_model
 from ._cost import jaxpr_cost, MvCost
 from ._decide import CostModel, decide
 from ._decision import Decision
@@ -62,13 +63,13 @@ class Auto(AbstractPolicy):
     """
 
     memory_budget: int | None = None
-    cost_model: CostModel = CostModel()
+    cost_model: CostModel | None = None
     runs: float = 100.0
 
     def __init__(
         self,
         memory_budget: int | float | str | None = None,
-        cost_model=CostModel(),
+        cost_model: CostModel | None = None,
         runs: int | float = 100,
     ):
         """**Arguments:**
@@ -79,15 +80,17 @@ class Auto(AbstractPolicy):
             of the free memory of the default device (the host's available memory
             where the device does not report it), read at decision time.
         - `cost_model`: a [`lineax_dispatch.CostModel`][], the machine constants of
-            the decision rule.
+            the decision rule. `None` (the default) uses this machine's: the
+            defaults scaled by micro-measurements taken at first use and cached
+            per machine (`lxd.explain` says which it used).
         - `runs`: how many times a compiled program is expected to run: decisions
             minimise compile time plus `runs` times the run time. `100` by default;
             `1` for a program run once.
         """
         self.memory_budget = optional_budget(memory_budget)
-        if not isinstance(cost_model, CostModel):
+        if cost_model is not None and not isinstance(cost_model, CostModel):
             raise TypeError(
-                "`cost_model` must be an `lxd.CostModel`; got "
+                "`cost_model` must be an `lxd.CostModel` or None; got "
                 f"{type(cost_model).__name__}."
             )
         self.cost_model = cost_model
@@ -102,6 +105,18 @@ class Auto(AbstractPolicy):
         An int.
         """
         return resolve_budget(self.memory_budget)
+
+    def model(self) -> CostModel:
+        """The cost model of the decisions: `cost_model` if one was given, else
+        this machine's (`CostModel()`'s defaults scaled by a calibration measured
+        at first use and cached per machine; see
+        `lineax_dispatch.policies.machine_cost_model`).
+
+        **Returns:**
+
+        A [`lineax_dispatch.CostModel`][].
+        """
+        return machine_cost_model() if self.cost_model is None else self.cost_model
 
     def decision(
         self,
@@ -150,7 +165,7 @@ class Auto(AbstractPolicy):
             cost=cost,
             out_structure=out_structure,
         )
-        return decide(observation, self.cost_model)
+        return decide(observation, self.model())
 
     def eager_mv(self, operator: lx.AbstractLinearOperator):
         # As `mv` outside any trace (below).
@@ -178,8 +193,8 @@ class Auto(AbstractPolicy):
         # (inlined by XLA) unless an out-of-line call pays.
         if (
             outline_mv is not None
-            and self.cost_model.outline_native
-            and self.cost_model.outline_clone < 1.0
+            and self.model().outline_native
+            and self.model().outline_clone < 1.0
         ):
             parts = mv_parts(operator)
             dynamic, key = parts
@@ -210,4 +225,4 @@ class Auto(AbstractPolicy):
             cost=jaxpr_cost(callee),
             out_structure=out_leaves(callee),
         )
-        return decide_unseen(observation, self.cost_model)
+        return decide_unseen(observation, self.model())

@@ -13,9 +13,8 @@ class CostModel(eqx.Module):
     """Machine constants for [`lineax_dispatch.decide`][], in seconds, bytes and
     flops.
 
-    The defaults were measured on a 2-core XLA:CPU machine. Give `Auto` your own
-    when its choices do not suit your machine (a GPU compiles and runs at other
-    rates).
+    The defaults were fitted on a 2-core XLA:CPU machine. Give `Auto` your own
+    when its choices do not suit your machine.
 
     !!! Example
 
@@ -65,6 +64,13 @@ class CostModel(eqx.Module):
     - `roll_site`: compile time each rolled call site adds (its step's code, its
         entry in the loop's tables).
     - `roll_step`: fixed run time of one step of a rolled loop.
+    - `source`: where the constants come from, as `lxd.explain` reports it.
+
+    Where a user gives no cost model, `Auto` and `AutoSolver` use this machine's:
+    these defaults with every constant that depends on the machine scaled by a
+    few micro-measurements taken at first use and cached per machine (see
+    `lineax_dispatch.policies.machine_cost_model`; `LINEAX_DISPATCH_CALIBRATION=off`
+    keeps the defaults).
     """
 
     # Fitted to benchmarks/results/auto.json (2-core XLA:CPU, jax 0.10.2): the
@@ -93,11 +99,18 @@ class CostModel(eqx.Module):
     roll_fixed: float = 0.015
     roll_site: float = 6e-3
     roll_step: float = 1e-5
+    source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name == "build_chunk":
+            if field.name == "source":
+                if not isinstance(value, str):
+                    raise TypeError(
+                        "`CostModel(source=...)` must be a str (where the constants "
+                        f"come from); got {type(value).__name__}."
+                    )
+            elif field.name == "build_chunk":
                 check_positive_int(value, f"CostModel({field.name}=...)")
             elif field.name == "outline_native":
                 if not isinstance(value, bool):

@@ -51,6 +51,7 @@ class ExplainReport(eqx.Module):
 
     rows: tuple[ExplainRow, ...]
     solves: tuple[SolverChoice, ...] = ()
+    cost_models: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         headers = (
@@ -102,6 +103,10 @@ class ExplainReport(eqx.Module):
                 f"  {choice.operator} {choice.size} -> {choice.solver}: "
                 + " ".join(choice.reasons)
             )
+        sources = dict.fromkeys(self.cost_models)
+        sources.update(dict.fromkeys(c.cost_model for c in self.solves if c.cost_model))
+        for source in sources:
+            lines.append(f"cost model: {source}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -116,7 +121,11 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
     per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
     and `decision` (a [`lineax_dispatch.Decision`][]).
 - `solves`: the choices of every `lxd.AutoSolver` in the program, each a
-    `lineax_dispatch.policies.SolverChoice` (`operator`, `size`, `solver`, `reasons`).
+    `lineax_dispatch.policies.SolverChoice` (`operator`, `size`, `solver`, `reasons`,
+    `cost_model`).
+- `cost_models`: where the constants of the rows' decisions came from, one entry
+    per distinct cost model (its `source`: this machine's calibration, the fitted
+    defaults, or a user's).
 """
 
 
@@ -198,7 +207,10 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
                 f"{policy!r}."
             )
         decision = policy.decision(operator)
-        return ExplainReport((_row(operator, decision, 1, 1.0, ()),))
+        return ExplainReport(
+            (_row(operator, decision, 1, 1.0, ()),),
+            cost_models=(policy.model().source,),
+        )
     if not callable(fun_or_operator):
         raise TypeError(
             "`lxd.explain` takes a function (and its arguments) or an operator; got "
@@ -233,4 +245,9 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
                 key=solve.key,
             )
         )
-    return ExplainReport(tuple(rows), tuple(active.solver_choices))
+    policies = [a.record.operator.policy for a in autos]
+    policies += [solve.operator.policy for solve in active.solves]
+    sources = tuple(
+        dict.fromkeys(p.model().source for p in policies if isinstance(p, Auto))
+    )
+    return ExplainReport(tuple(rows), tuple(active.solver_choices), sources)

@@ -232,7 +232,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         cost=jaxpr_cost(group.callee),
         out_structure=out_leaves(group.callee),
     )
-    decision = decide(observation, policy.cost_model)
+    decision = decide(observation, policy.model())
     allowed = {"Lazy"}
     if rollable:
         allowed.add("Roll")

@@ -117,12 +117,15 @@ class SolverChoice(eqx.Module):
     - `size`: `"out x in"`.
     - `solver`: the chosen lineax solver's class name.
     - `reasons`: sentences explaining the choice.
+    - `cost_model`: where the estimates' constants came from (the cost model's
+        `source`).
     """
 
     operator: str
     size: str
     solver: str
     reasons: tuple[str, ...]
+    cost_model: str = ""
 
 
 @dataclasses.dataclass
@@ -307,14 +310,20 @@ def retire_shared_context() -> None:
 
 
 def record_solver_choice(
-    operator: str, size: str, solver: str, reasons: tuple[str, ...]
+    operator: str,
+    size: str,
+    solver: str,
+    reasons: tuple[str, ...],
+    cost_model: str = "",
 ) -> None:
     """Notes a solver choice in the observing trace of `lxd.jit` or `lxd.explain`,
     if one is running."""
     active = _SESSION.get()
     if active is not None:
         active.note_record()
-        active.solver_choices.append(SolverChoice(operator, size, solver, reasons))
+        active.solver_choices.append(
+            SolverChoice(operator, size, solver, reasons, cost_model)
+        )
 
 
 @contextlib.contextmanager

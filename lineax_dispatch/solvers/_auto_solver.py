@@ -12,6 +12,7 @@ from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
 from ..policies import Auto, CostModel, observe
 from ..policies._budget import default_memory_budget, format_bytes, optional_budget
+from ..policies._calibration import machine_cost_model
 from ..policies._decide import batched_compile, mv_compile, mv_run, read_rate
 from ..policies._guard import policy_budget
 from ..policies._registry import record_solver_choice
@@ -113,18 +114,27 @@ class AutoSolver(lx.AbstractLinearSolver):
     max_steps: int | None = None
     well_posed: bool | None = None
     memory_budget: int | None = eqx.field(default=None, converter=optional_budget)
-    cost_model: CostModel = CostModel()
+    cost_model: CostModel | None = None
 
     def __check_init__(self):
         for field in ("rtol", "atol"):
             check_tolerance(getattr(self, field), f"AutoSolver(..., {field}=...)")
         if self.max_steps is not None:
             check_positive_int(self.max_steps, "AutoSolver(..., max_steps=...)")
-        if not isinstance(self.cost_model, CostModel):
+        if self.cost_model is not None and not isinstance(self.cost_model, CostModel):
             raise TypeError(
-                "`cost_model` of `AutoSolver` must be an `lxd.CostModel`; got "
+                "`cost_model` of `AutoSolver` must be an `lxd.CostModel` or None; got "
                 f"{type(self.cost_model).__name__}."
             )
+
+    def model(self) -> CostModel:
+        """`cost_model` if one was given, else this machine's (see `lxd.Auto`).
+
+        **Returns:**
+
+        A [`lineax_dispatch.CostModel`][].
+        """
+        return machine_cost_model() if self.cost_model is None else self.cost_model
 
     def budget(self, operator: lx.AbstractLinearOperator) -> int:
         """The memory budget in bytes for `operator`.
@@ -186,7 +196,7 @@ class AutoSolver(lx.AbstractLinearSolver):
                 f"{type(iterative).__name__}, matrix-free.",
             )
         o = observe(operator, memory_budget=budget)
-        model = self.cost_model
+        model = self.model()
         if o.explicit:  # the entries are there: no build; an mv is a matmul
             source = "the operator's entries"
             direct_time = 0.0
@@ -251,6 +261,7 @@ class AutoSolver(lx.AbstractLinearSolver):
             f"{operator.out_size()}x{operator.in_size()}",
             type(solver).__name__,
             reasons,
+            self.model().source,
         )
         return hide_static((solver, solver.init(operator, options)))
 
@@ -288,5 +299,6 @@ AutoSolver.__init__.__doc__ = """**Arguments:**
 - `memory_budget`: bytes or a string like `"2GB"` the dense matrix and its factors
     may take; `None` uses the operator's `Auto` budget, else half of the free
     memory.
-- `cost_model`: the machine constants of the estimates (an `lxd.CostModel`).
+- `cost_model`: the machine constants of the estimates (an `lxd.CostModel`). `None`
+    (the default) uses this machine's, as `lxd.Auto` does.
 """
