@@ -76,9 +76,10 @@ _SCALES = {
 # A ratio outside these bounds is taken as a disturbed measurement and clipped.
 _RATIO_BOUNDS = (0.1, 10.0)
 
-# The model once made or read in this context: ((setting, machine key), model).
-_MODEL: contextvars.ContextVar[tuple[tuple[str, str], CostModel] | None] = (
-    contextvars.ContextVar("lineax_dispatch_machine_cost_model", default=None)
+# The model once made or read in this context, with the setting it was made under:
+# (setting, model). (The machine does not change within a process.)
+_MODEL: contextvars.ContextVar[tuple[str, CostModel] | None] = contextvars.ContextVar(
+    "lineax_dispatch_machine_cost_model", default=None
 )
 
 
@@ -261,11 +262,11 @@ def machine_cost_model() -> CostModel:
     setting = _setting()
     if setting == "off":
         return CostModel(source=f"defaults ({ENV}=off)")
+    held = _MODEL.get()
+    if held is not None and held[0] == setting:
+        return held[1]
     names = machine()
     key = _key(names)
-    held = _MODEL.get()
-    if held is not None and held[0] == (setting, key):
-        return held[1]
     path = _cache_dir(setting) / f"calibration-{key}.json"
     measured = None
     try:
@@ -286,5 +287,5 @@ def machine_cost_model() -> CostModel:
         except OSError:
             path = f"{path} (not written: not writable)"
     model = scaled_model(measured, _describe(names, measured, path))
-    _MODEL.set(((setting, key), model))
+    _MODEL.set((setting, model))
     return model
