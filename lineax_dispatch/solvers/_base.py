@@ -242,11 +242,15 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         `atol + rtol * |y|`, both measured by `norm`."""
         if not self.has_scale:
             return jnp.array(True)
-        flat = system.flat
+        y_scale = self._y_scale(system, state)
         with jax.numpy_dtype_promotion("standard"):
-            y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
-            norm2 = self.norm(flat.unravel(state.diff / y_scale))
-        return (self.residual_norm(system, state) > 1) | (norm2 > 1)
+            update = self.norm(system.flat.unravel(state.diff / y_scale))
+        return (self.residual_norm(system, state) > 1) | (update > 1)
+
+    def _y_scale(self, system: System, state: _Residuals) -> Array:
+        """`atol + rtol * |y|`, elementwise: the scale of the update's test."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.atol + self.rtol * jnp.abs(system.total(state.y))
 
     def test_measure(self, system: System, state: _Residuals) -> Scalar:
         """The larger of `not_converged`'s two measures: the residual `state.r` and
@@ -261,13 +265,13 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         own.
         """
         flat = system.flat
+        y_scale = self._y_scale(system, state)
         with jax.numpy_dtype_promotion("standard"):
-            y_scale = self.atol + self.rtol * jnp.abs(system.total(state.y))
             if self.norm is max_norm and flat.size > 0:
                 residual = jnp.abs(state.r) / state.b_scale
                 return jnp.max(jnp.maximum(residual, jnp.abs(state.diff) / y_scale))
             update = self.norm(flat.unravel(state.diff / y_scale))
-            return jnp.maximum(self.residual_norm(system, state), update)
+        return jnp.maximum(self.residual_norm(system, state), update)
 
     def residual_norm(self, system: System, state: _Residuals) -> Scalar:
         """The residual `state.r` measured by `norm` in units of its tolerance
