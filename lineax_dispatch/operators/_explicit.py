@@ -4,11 +4,13 @@ identity."""
 from collections.abc import Iterable
 
 import jax
+import jax.lax as lax
 import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree, Shaped
 
 from ..policies import AbstractPolicy
 from ._base import AbstractDispatchOperator
+from ._sharding import matrix_vector_shardings, sharded_matvec
 
 
 _sentinel = object()
@@ -47,6 +49,54 @@ class MatrixLinearOperator(AbstractDispatchOperator, lx.MatrixLinearOperator):
         """
         lx.MatrixLinearOperator.__init__(self, matrix, tags)
         self._set_policy(policy)
+
+    def raw_mv(self, vector: Array) -> Array:
+        """The matrix-vector product, as lineax's; for a matrix whose type holds an
+        explicit sharding, in the sharding of `out_structure()`.
+
+        **Arguments:**
+
+        - `vector`: a vector matching `self.in_structure()`.
+
+        **Returns:**
+
+        A vector matching `self.out_structure()`.
+        """
+        if matrix_vector_shardings(self.matrix) is None:
+            return super().raw_mv(vector)
+        return sharded_matvec(self.matrix, vector, lax.Precision.HIGHEST)
+
+    def in_structure(self) -> jax.ShapeDtypeStruct:
+        """The input structure, as lineax's; on a mesh with Explicit axes it holds
+        the sharding of the vectors the matrix takes (see the docs' page "Across
+        devices and machines").
+
+        **Returns:**
+
+        A `jax.ShapeDtypeStruct`.
+        """
+        return _with_sharding(super().in_structure(), self.matrix, 0)
+
+    def out_structure(self) -> jax.ShapeDtypeStruct:
+        """The output structure, as lineax's; on a mesh with Explicit axes it holds
+        the sharding of the vectors the matrix gives.
+
+        **Returns:**
+
+        A `jax.ShapeDtypeStruct`.
+        """
+        return _with_sharding(super().out_structure(), self.matrix, 1)
+
+
+def _with_sharding(
+    structure: jax.ShapeDtypeStruct, matrix: Array, which: int
+) -> jax.ShapeDtypeStruct:
+    shardings = matrix_vector_shardings(matrix)
+    if shardings is None:
+        return structure
+    return jax.ShapeDtypeStruct(
+        structure.shape, structure.dtype, sharding=shardings[which]
+    )
 
 
 class PyTreeLinearOperator(AbstractDispatchOperator, lx.PyTreeLinearOperator):

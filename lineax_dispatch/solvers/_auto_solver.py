@@ -10,6 +10,7 @@ from jaxtyping import Array, PyTree
 
 from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
+from ..operators._sharding import sharded_structure
 from ..policies import Auto, CostModel, observe
 from ..policies._budget import default_memory_budget, format_bytes, optional_budget
 from ..policies._calibration import machine_cost_model
@@ -184,6 +185,14 @@ class AutoSolver(lx.AbstractLinearSolver):
                 f"{m} x {n}. Use `AutoSolver(well_posed=False)` for least squares."
             )
         iterative = self._iterative(operator)
+        sharded = sharded_structure(operator)
+        if sharded is not None:
+            return iterative, (
+                f"The operator's vectors are sharded over Explicit mesh axes "
+                f"({sharded}); a dense factorisation needs the whole matrix on "
+                f"each device: {type(iterative).__name__}, which keeps the vectors "
+                "sharded.",
+            )
         direct = lx.AutoLinearSolver(well_posed=self.well_posed)
         budget = self.budget(operator)
         itemsize = operator_itemsize(operator)

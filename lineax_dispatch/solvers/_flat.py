@@ -17,9 +17,11 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
+from ..operators._sharding import explicit_sharding
 from ..operators._structure import structures_match
 from ..policies._registry import user_code
 from ..policies._sizes import promoted_dtype, structure_size
@@ -39,6 +41,17 @@ class Flattener(eqx.Module):
     @property
     def size(self) -> int:
         return structure_size(self.structure[0])
+
+    def zeros(self) -> Shaped[Array, " size"]:
+        """A flat vector of zeros, sharded as a ravelled vector of the structure
+        is where the structure's leaves hold an explicit sharding (a mesh with
+        Explicit axes: the sharding is part of the type every vector of a solver's
+        loop must keep)."""
+        leaves, treedef = self.structure
+        if not any(explicit_sharding(x) is not None for x in leaves):
+            return jnp.zeros(self.size, self.dtype)
+        flat = jax.eval_shape(self.ravel, jtu.tree_unflatten(treedef, leaves))
+        return jnp.zeros(self.size, self.dtype, out_sharding=flat.sharding)
 
     def ravel(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
         leaves = jtu.tree_leaves(tree)
@@ -104,7 +117,35 @@ def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """`<a, b>` with `a` conjugated, as lineax's `tree_dot`: at the highest
     precision (on an accelerator a default-precision `float32` dot may round its
     inputs to fewer bits, which a Krylov solver's inner products cannot afford)."""
-    return jnp.dot(jnp.conj(a), b, precision=lax.Precision.HIGHEST)
+    sharding = explicit_sharding(a)
+    if sharding is None:
+        return jnp.dot(jnp.conj(a), b, precision=lax.Precision.HIGHEST)
+    # Vectors sharded on an Explicit mesh axis: JAX asks where the sum goes.
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    return jnp.dot(
+        jnp.conj(a), b, precision=lax.Precision.HIGHEST, out_sharding=replicated
+    )
+
+
+def stacked_zeros(count: int, like: Array) -> Array:
+    """Zeros of shape `(count, *like.shape)` and `like`'s dtype, each row sharded as
+    `like` is where its type holds an explicit sharding (a Krylov basis)."""
+    sharding = explicit_sharding(like)
+    shape = (count,) + tuple(like.shape)
+    if sharding is None:
+        return jnp.zeros(shape, like.dtype)
+    rows = NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+    return jnp.zeros(shape, like.dtype, out_sharding=rows)
+
+
+def project(basis: Array, w: Array) -> Array:
+    """`basis.conj() @ w`: the coefficients of `w` on the rows of `basis`,
+    replicated where `w` is sharded on an Explicit mesh axis."""
+    sharding = explicit_sharding(w)
+    if sharding is None:
+        return basis.conj() @ w
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    return jnp.matmul(basis.conj(), w, out_sharding=replicated)
 
 
 def select(pred: Array, on_true: Any, on_false: Any) -> Array:

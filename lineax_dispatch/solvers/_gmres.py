@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, check_square
-from ._flat import keep_linearise, two_norm
+from ._flat import keep_linearise, project, stacked_zeros, two_norm
 from ._system import System
 
 
@@ -111,7 +111,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             y=y0,
             r=jnp.zeros_like(y0),
             diff=jnp.full_like(y0, jnp.inf),
-            basis=jnp.zeros((restart + 1,) + y0.shape, dtype),
+            basis=stacked_zeros(restart + 1, y0),
             hess=jnp.eye(restart, restart + 1, dtype=dtype),
             r_norm=jnp.zeros((), real),
             j=jnp.array(0),
@@ -169,7 +169,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         def arnoldi_pass(s: _Loop, w: Array) -> _Loop:
             j, basis = s.j, s.basis
             step_norm = two_norm(w)
-            proj = basis.conj() @ w
+            proj = project(basis, w)
             w = w - basis.T @ proj
             w_norm = two_norm(w)
             breakdown = (w_norm < step_norm * eps) | s.initial_breakdown

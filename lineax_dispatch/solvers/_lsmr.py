@@ -16,6 +16,7 @@ import lineax as lx
 from jaxtyping import Array, PyTree, Scalar
 from lineax.internal import two_norm
 
+from ..operators._sharding import explicit_sharding
 from ..policies._registry import own_code
 from ._base import AbstractOneSiteSolver, finish_result
 from ._flat import (
@@ -24,6 +25,7 @@ from ._flat import (
     keep_conj,
     keep_linearise,
     preconditioner_and_y0,
+    two_norm as flat_two_norm,
 )
 from ._lsmr_loop import Loop, lsmr_step
 from ._system import plain_system, System
@@ -149,7 +151,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         init = Loop(
             first=jnp.array(True),
             x=x0,
-            u=jnp.zeros((out_flat.size,), dtype),
+            u=out_flat.zeros(),
             v=zeros_in,
             h=zeros_in,
             hbar=zeros_in,
@@ -235,9 +237,13 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         """`self.norm` of a flat vector, seen with the structure's shapes in the
         working dtype (so that no imaginary part is dropped)."""
         leaves, treedef = flat.structure
+        real = jnp.finfo(flat.dtype).dtype
+        if self.norm is two_norm and any(explicit_sharding(x) for x in leaves):
+            # lineax's two norm is a `jnp.dot`, which JAX will not reduce over an
+            # Explicit mesh axis without being told where the sum goes.
+            return lambda x: jnp.asarray(flat_two_norm(x), real)
         promoted = [jax.ShapeDtypeStruct(x.shape, flat.dtype) for x in leaves]
         view = Flattener(jtu.tree_unflatten(treedef, promoted), flat.dtype)
-        real = jnp.finfo(flat.dtype).dtype
         return lambda x: jnp.asarray(self.norm(view.unravel(x)), real)
 
     # `transpose` and `conj` are the base class's (LSMR takes no preconditioner).

@@ -152,7 +152,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             m_mv = flat_mv(preconditioner, b_flat, x_flat)
             mh_mv = flat_mv(keep_conj(preconditioner).transpose(), x_flat, b_flat)
             precond = lambda x: m_mv(mh_mv(x))
-        zeros = jnp.zeros(x_flat.size, x_flat.dtype)
+        zeros = x_flat.zeros()
         y, result, stats = inner.run_system(system, precond, zeros)
         return x_flat.unravel(y), result, stats
 

@@ -76,7 +76,7 @@ class System(eqx.Module):
         """
         if self.rhs is None:
             shape = jax.eval_shape(scale, like)
-            return jnp.zeros(shape.shape, shape.dtype), jnp.array(True)
+            return jnp.zeros_like(shape), jnp.array(True)
         return scale(self.rhs), all_finite(self.rhs)
 
     def from_first_residual(
@@ -139,7 +139,7 @@ def plain_system(
     def apply(x: Array, residual: Bool[Array, ""]) -> Array:
         return split(x, residual)[0]
 
-    y0_flat = jnp.zeros(flat.size, flat.dtype) if y0 is None else flat.ravel(y0)
+    y0_flat = flat.zeros() if y0 is None else flat.ravel(y0)
     system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
     return system, y0_flat
 

@@ -1,0 +1,147 @@
+"""Explicit shardings in the types of vectors and matrices.
+
+On a mesh with `jax.sharding.AxisType.Explicit` axes (what `jax.make_mesh` creates
+by default), an array's sharding is part of its type: `jax.typeof(x).sharding`,
+and the `jax.ShapeDtypeStruct` that `jax.eval_shape` gives of it. lineax compares
+a vector's structure with the operator's exactly, so an operator that holds a
+sharded matrix states the shardings of the vectors it takes and gives, the way
+JAX types `matrix @ vector`; and solvers create their vectors in that sharding and
+ask for replicated inner products (JAX will not guess the output sharding of a
+contraction over a sharded axis). On Auto axes, or without a mesh, none of this
+applies: every function here then returns `None` and the code paths are those of
+an unsharded program.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+
+def explicit_sharding(x: Any) -> NamedSharding | None:
+    """The sharding in `x`'s type where it uses an Explicit mesh axis, else `None`.
+
+    **Arguments:**
+
+    - `x`: an array, a tracer or a `jax.ShapeDtypeStruct`.
+
+    **Returns:**
+
+    A `jax.sharding.NamedSharding` (on an abstract mesh inside a trace), or `None`.
+    """
+    if isinstance(x, jax.ShapeDtypeStruct):
+        sharding = x.sharding
+    else:
+        try:
+            sharding = jax.typeof(x).sharding
+        except (TypeError, AttributeError):
+            return None
+    if not isinstance(sharding, NamedSharding):
+        return None
+    explicit = {
+        name
+        for name, kind in zip(sharding.mesh.axis_names, sharding.mesh.axis_types)
+        if kind == AxisType.Explicit
+    }
+    if not any(_axes(entry) & explicit for entry in sharding.spec):
+        return None
+    return sharding
+
+
+def sharded_structure(operator: Any) -> PartitionSpec | None:
+    """The `PartitionSpec` of the first leaf of `operator`'s input or output
+    structure that is sharded over an Explicit mesh axis, else `None`.
+
+    **Arguments:**
+
+    - `operator`: a lineax operator.
+
+    **Returns:**
+
+    A `jax.sharding.PartitionSpec`, or `None`.
+    """
+    structures = (operator.in_structure(), operator.out_structure())
+    for leaf in jax.tree_util.tree_leaves(structures):
+        sharding = explicit_sharding(leaf)
+        if sharding is not None:
+            return sharding.spec
+    return None
+
+
+def _axes(entry: Any) -> set:
+    if entry is None:
+        return set()
+    if isinstance(entry, tuple):
+        return set(entry)
+    return {entry}
+
+
+def _order(sharding: NamedSharding, entry: Any) -> int:
+    names = list(sharding.mesh.axis_names)
+    axes = [a for a in (entry if isinstance(entry, tuple) else (entry,))]
+    return min(names.index(a) for a in axes)
+
+
+def matrix_vector_shardings(
+    matrix: Any,
+) -> tuple[NamedSharding, NamedSharding] | None:
+    """The shardings of the vectors a matrix with an explicit sharding takes and
+    gives: `(in, out)`, or `None` where its type has no Explicit axis.
+
+    A rectangular matrix sharded `P(rows, columns)` takes vectors sharded
+    `P(columns)` and gives vectors sharded `P(rows)`, as JAX types the product. A
+    square matrix takes and gives vectors in one sharding (a solver's iterate and
+    residual live in one space): that of its rows or of its columns, whichever
+    mesh axis comes first in the mesh (the same for the matrix and its transpose,
+    so that a transposed solve takes the cotangent in the solution's sharding).
+
+    **Arguments:**
+
+    - `matrix`: a two-dimensional array or tracer.
+
+    **Returns:**
+
+    The pair of `jax.sharding.NamedSharding`s, or `None`.
+    """
+    sharding = explicit_sharding(matrix)
+    if sharding is None:
+        return None
+    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
+    rows, columns = spec[0], spec[1]
+    out_size, in_size = jnp.shape(matrix)
+    if out_size == in_size:
+        entries = [e for e in (rows, columns) if e is not None]
+        entry = min(entries, key=lambda e: _order(sharding, e)) if entries else None
+        vector = NamedSharding(sharding.mesh, PartitionSpec(entry))
+        return vector, vector
+    return (
+        NamedSharding(sharding.mesh, PartitionSpec(columns)),
+        NamedSharding(sharding.mesh, PartitionSpec(rows)),
+    )
+
+
+def sharded_matvec(matrix: Any, vector: Any, precision: Any) -> Any:
+    """`matrix @ vector` for a matrix with an explicit sharding: the vector is
+    resharded as the matrix's columns, and the product is given in the sharding of
+    `matrix_vector_shardings`'s output (JAX reduces over a sharded contraction once
+    told the output's sharding).
+
+    **Arguments:**
+
+    - `matrix`: a two-dimensional array with an explicit sharding.
+    - `vector`: a one-dimensional array.
+    - `precision`: as for `jnp.matmul`.
+
+    **Returns:**
+
+    The product, a one-dimensional array.
+    """
+    shardings = matrix_vector_shardings(matrix)
+    assert shardings is not None
+    sharding = explicit_sharding(matrix)
+    assert sharding is not None
+    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
+    columns = NamedSharding(sharding.mesh, PartitionSpec(spec[1]))
+    vector = jax.sharding.reshard(vector, columns)
+    return jnp.matmul(matrix, vector, precision=precision, out_sharding=shardings[1])

@@ -1,0 +1,171 @@
+"""Solves on sharded operators over 8 (host) devices, on meshes with Explicit axes
+(what `jax.make_mesh` creates by default) and with Auto axes, 1-D and 2-D; run in a
+subprocess so that the device count can be set before jax starts."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+_PRELUDE = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, lineax as lx, numpy as np
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    jax.config.update("jax_enable_x64", True)
+    import lineax_dispatch as lxd
+
+    assert len(jax.devices()) == 8, jax.devices()
+    rng = np.random.default_rng(0)
+    """
+)
+
+_SQUARE = textwrap.dedent(
+    """
+    n = 64
+    m = rng.standard_normal((n, n))
+    a_np = m @ m.T / n + np.eye(n)
+    b_np = rng.standard_normal(n)
+    expected = np.linalg.solve(a_np, b_np)
+    solvers = {
+        "CG": lxd.CG(1e-10, 1e-10),
+        "GMRES": lxd.GMRES(1e-10, 1e-10),
+        "BiCGStab": lxd.BiCGStab(1e-10, 1e-10),
+        "MINRES": lxd.MINRES(1e-10, 1e-10),
+        "AutoSolver": lxd.AutoSolver(rtol=1e-10, atol=1e-10),
+    }
+    tag = lx.positive_semidefinite_tag
+
+    def routes(solver):
+        def plain(a, b):
+            op = lxd.MatrixLinearOperator(a, tag)
+            return lx.linear_solve(op, b, solver, throw=False).value
+
+        def ours(a, b):
+            op = lxd.MatrixLinearOperator(a, tag)
+            return lxd.linear_solve(op, b, solver, throw=False).value
+
+        def auto(a, b):
+            op = lxd.MatrixLinearOperator(a, tag, policy=lxd.Auto())
+            return lx.linear_solve(op, b, solver, throw=False).value
+
+        return {
+            "lx.linear_solve": jax.jit(plain),
+            "lxd.linear_solve": jax.jit(ours),
+            "lxd.jit + Auto": lxd.jit(auto),
+        }
+
+    done = 0
+    for kind in ("Explicit", "Auto"):
+        for shape, names in (((8,), ("x",)), ((4, 2), ("x", "y"))):
+            types = (getattr(AxisType, kind),) * len(shape)
+            mesh = jax.make_mesh(shape, names, axis_types=types)
+            a = jax.device_put(a_np, NamedSharding(mesh, P(*names)))
+            b = jax.device_put(b_np, NamedSharding(mesh, P("x")))
+            for name, solver in solvers.items():
+                for route, f in routes(solver).items():
+                    with jax.set_mesh(mesh):
+                        y = f(a, b)
+                    where = f"{kind} {shape} {name} {route}"
+                    np.testing.assert_allclose(y, expected, atol=1e-8, err_msg=where)
+                    if kind == "Explicit":
+                        # The solution keeps the rows' sharding.
+                        assert y.sharding.spec == P("x"), (where, y.sharding)
+                    done += 1
+    assert done == 2 * 2 * len(solvers) * 3, done
+    print("OK", done)
+    """
+)
+
+_MORE = textwrap.dedent(
+    """
+    mesh = jax.make_mesh((4, 2), ("x", "y"))  # Explicit axes: JAX's default
+    n = 64
+    m = rng.standard_normal((n, n))
+    a_np = m @ m.T / n + np.eye(n)
+    b_np = rng.standard_normal(n)
+    a = jax.device_put(a_np, NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(b_np, NamedSharding(mesh, P("x")))
+    tag = lx.positive_semidefinite_tag
+
+    with jax.set_mesh(mesh):
+        # Matrix-free, with the vectors' sharding in the structure.
+        structure = jax.ShapeDtypeStruct((n,), b.dtype, sharding=b.sharding)
+        fn = lambda y: jnp.matmul(a, y, out_sharding=P("x"))
+        op = lxd.FunctionLinearOperator(fn, structure, tag)
+        y = jax.jit(lambda b: lx.linear_solve(op, b, lxd.CG(1e-10, 1e-10)).value)(b)
+        np.testing.assert_allclose(y, np.linalg.solve(a_np, b_np), atol=1e-8)
+        assert y.sharding.spec == P("x"), y.sharding
+
+        # The gradient through a solve keeps the sharding too.
+        op = lxd.MatrixLinearOperator(a, tag)
+        loss = lambda b: jnp.sum(lx.linear_solve(op, b, lxd.CG(1e-10, 1e-10)).value ** 2)
+        grad = jax.jit(jax.grad(loss))(b)
+        expected = 2 * np.linalg.solve(a_np, np.linalg.solve(a_np, b_np))
+        np.testing.assert_allclose(grad, expected, atol=1e-7)
+        assert grad.sharding.spec == P("x"), grad.sharding
+
+        # Least squares with a row-sharded rectangular matrix.
+        r_np, c_np = rng.standard_normal((96, n)), rng.standard_normal(96)
+        r = jax.device_put(r_np, NamedSharding(mesh, P("x", None)))
+        c = jax.device_put(c_np, NamedSharding(mesh, P("x")))
+        expected = np.linalg.lstsq(r_np, c_np, rcond=None)[0]
+        for solver in (
+            lxd.LSMR(1e-12, 1e-12),
+            lxd.Normal(lxd.CG(1e-12, 1e-12)),
+            lxd.AutoSolver(well_posed=False, rtol=1e-12, atol=1e-12),
+        ):
+            solve = lambda c: lx.linear_solve(lxd.MatrixLinearOperator(r), c, solver)
+            x = jax.jit(lambda c: solve(c).value)(c)
+            np.testing.assert_allclose(x, expected, atol=1e-7, err_msg=str(solver))
+
+    # Per-device memory: CG's vectors stay sharded. A diagonal operator (no matrix)
+    # of 2**16 float32 unknowns, `throw=False` (lineax's error check on the solution
+    # gathers it on every device).
+    n = 2**16
+    d = jnp.linspace(1.0, 2.0, n, dtype=jnp.float32)
+
+    def temp_bytes(d):
+        structure = jax.ShapeDtypeStruct((n,), jnp.float32, sharding=d.sharding)
+
+        def f(d, b):
+            op = lxd.FunctionLinearOperator(lambda y: d * y, structure, tag)
+            return lx.linear_solve(op, b, lxd.CG(1e-5, 1e-5), throw=False).value
+
+        return jax.jit(f).lower(d, d).compile().memory_analysis().temp_size_in_bytes
+
+    one = temp_bytes(jax.device_put(d, jax.devices()[0]))
+    row = jax.make_mesh((8,), ("x",))
+    with jax.set_mesh(row):
+        eight = temp_bytes(jax.device_put(d, NamedSharding(row, P("x"))))
+    assert eight <= 0.2 * one, (eight, one)
+    print("OK", one, eight)
+    """
+)
+
+
+def _run(script: str) -> str:
+    # Eight host devices, on top of the suite's flags (conftest).
+    flags = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
+    env = dict(os.environ, XLA_FLAGS=flags.strip())
+    env.pop("JAX_PLATFORMS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_every_solver_on_explicit_and_auto_meshes():
+    out = _run(_SQUARE)
+    assert "OK 60" in out
+
+
+def test_matrix_free_gradients_least_squares_and_per_device_memory():
+    _run(_MORE)
