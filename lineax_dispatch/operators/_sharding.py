@@ -69,6 +69,33 @@ def sharded_structure(operator: Any) -> PartitionSpec | None:
     return None
 
 
+def batch_as_structure(vectors: Any, structure: Any) -> Any:
+    """Stacked vectors (a leading batch axis on each leaf) resharded as the leaves of
+    `structure` are where those hold an explicit sharding, the batch axis
+    unsharded: `lxd.batch_solve`'s right-hand sides, for an operator sharded over
+    Explicit mesh axes. Other leaves are returned as they are.
+
+    **Arguments:**
+
+    - `vectors`: a PyTree of arrays, each with a leading batch axis.
+    - `structure`: the operator's output structure, a PyTree of
+        `jax.ShapeDtypeStruct`s.
+
+    **Returns:**
+
+    `vectors`, resharded where needed.
+    """
+
+    def one(x: Any, leaf: Any) -> Any:
+        sharding = explicit_sharding(leaf)
+        if sharding is None:
+            return x
+        batched = NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+        return jax.sharding.reshard(x, batched)
+
+    return jax.tree_util.tree_map(one, vectors, structure)
+
+
 def _axes(entry: Any) -> set:
     if entry is None:
         return set()

@@ -17,6 +17,7 @@ from ..operators import (
     MatrixLinearOperator,
     with_policy,
 )
+from ..operators._sharding import batch_as_structure, sharded_structure
 from ..operators._structure import promotes_to
 from ..policies import (
     AbstractPolicy,
@@ -250,7 +251,8 @@ def batch_solve(
         )
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
-    vectors = jtu.tree_map(without_explicit_axes, vectors)
+    if sharded_structure(operator) is None:
+        vectors = jtu.tree_map(without_explicit_axes, vectors)
     options = {} if options is None else options
     if mesh is not None:
         mesh = as_mesh(mesh)
@@ -275,6 +277,7 @@ def batch_solve(
 
 def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_size):
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
+    vectors = batch_as_structure(vectors, operator.out_structure())
     operator, in_force = _resolve_policy(operator, policy)
     # The policy in force keeps guarding dense matrices (a direct solver's
     # `as_matrix`) after the operator is given an inline policy below.
