@@ -87,11 +87,8 @@ def batch_as_structure(vectors: Any, structure: Any) -> Any:
     """
 
     def one(x: Any, leaf: Any) -> Any:
-        sharding = explicit_sharding(leaf)
-        if sharding is None:
-            return x
-        batched = NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
-        return jax.sharding.reshard(x, batched)
+        batched = stacked_like(leaf)
+        return x if batched is None else jax.sharding.reshard(x, batched)
 
     return jax.tree_util.tree_map(one, vectors, structure)
 
@@ -106,8 +103,49 @@ def _axes(entry: Any) -> set:
 
 def _order(sharding: NamedSharding, entry: Any) -> int:
     names = list(sharding.mesh.axis_names)
-    axes = [a for a in (entry if isinstance(entry, tuple) else (entry,))]
-    return min(names.index(a) for a in axes)
+    return min(names.index(a) for a in _axes(entry))
+
+
+def _rows_and_columns(sharding: NamedSharding) -> tuple[Any, Any]:
+    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
+    return spec[0], spec[1]
+
+
+def replicated_like(x: Any) -> NamedSharding | None:
+    """The replicated sharding on the mesh of `x`'s explicit sharding (where a
+    reduction over `x`'s sharded axes must put its result), else `None` (the
+    default `out_sharding` of JAX's functions).
+
+    **Arguments:**
+
+    - `x`: an array or tracer.
+
+    **Returns:**
+
+    A `jax.sharding.NamedSharding`, or `None`.
+    """
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return None
+    return NamedSharding(sharding.mesh, PartitionSpec())
+
+
+def stacked_like(x: Any) -> NamedSharding | None:
+    """The sharding of a stack of arrays like `x` (a new leading axis, unsharded;
+    each row sharded as `x`) where `x` has an explicit sharding, else `None`.
+
+    **Arguments:**
+
+    - `x`: an array, tracer or `jax.ShapeDtypeStruct`.
+
+    **Returns:**
+
+    A `jax.sharding.NamedSharding`, or `None`.
+    """
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return None
+    return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
 
 
 def matrix_vector_shardings(
@@ -134,8 +172,7 @@ def matrix_vector_shardings(
     sharding = explicit_sharding(matrix)
     if sharding is None:
         return None
-    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
-    rows, columns = spec[0], spec[1]
+    rows, columns = _rows_and_columns(sharding)
     out_size, in_size = jnp.shape(matrix)
     if out_size == in_size:
         entries = [e for e in (rows, columns) if e is not None]
@@ -164,11 +201,11 @@ def sharded_matvec(matrix: Any, vector: Any, precision: Any) -> Any:
 
     The product, a one-dimensional array.
     """
-    shardings = matrix_vector_shardings(matrix)
-    assert shardings is not None
     sharding = explicit_sharding(matrix)
-    assert sharding is not None
-    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
-    columns = NamedSharding(sharding.mesh, PartitionSpec(spec[1]))
-    vector = jax.sharding.reshard(vector, columns)
+    shardings = matrix_vector_shardings(matrix)
+    assert sharding is not None and shardings is not None
+    _, columns = _rows_and_columns(sharding)
+    vector = jax.sharding.reshard(
+        vector, NamedSharding(sharding.mesh, PartitionSpec(columns))
+    )
     return jnp.matmul(matrix, vector, precision=precision, out_sharding=shardings[1])

@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, PyTree, Shaped
 
 from ..operators import AbstractDispatchOperator, conj as lxd_conj, linearise
-from ..operators._sharding import explicit_sharding
+from ..operators._sharding import explicit_sharding, replicated_like, stacked_like
 from ..operators._structure import structures_match
 from ..policies._registry import user_code
 from ..policies._sizes import promoted_dtype, structure_size
@@ -117,35 +116,23 @@ def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """`<a, b>` with `a` conjugated, as lineax's `tree_dot`: at the highest
     precision (on an accelerator a default-precision `float32` dot may round its
     inputs to fewer bits, which a Krylov solver's inner products cannot afford)."""
-    sharding = explicit_sharding(a)
-    if sharding is None:
-        return jnp.dot(jnp.conj(a), b, precision=lax.Precision.HIGHEST)
     # Vectors sharded on an Explicit mesh axis: JAX asks where the sum goes.
-    replicated = NamedSharding(sharding.mesh, PartitionSpec())
     return jnp.dot(
-        jnp.conj(a), b, precision=lax.Precision.HIGHEST, out_sharding=replicated
+        jnp.conj(a), b, precision=lax.Precision.HIGHEST, out_sharding=replicated_like(a)
     )
 
 
 def stacked_zeros(count: int, like: Array) -> Array:
     """Zeros of shape `(count, *like.shape)` and `like`'s dtype, each row sharded as
     `like` is where its type holds an explicit sharding (a Krylov basis)."""
-    sharding = explicit_sharding(like)
     shape = (count,) + tuple(like.shape)
-    if sharding is None:
-        return jnp.zeros(shape, like.dtype)
-    rows = NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
-    return jnp.zeros(shape, like.dtype, out_sharding=rows)
+    return jnp.zeros(shape, like.dtype, out_sharding=stacked_like(like))
 
 
 def project(basis: Array, w: Array) -> Array:
     """`basis.conj() @ w`: the coefficients of `w` on the rows of `basis`,
     replicated where `w` is sharded on an Explicit mesh axis."""
-    sharding = explicit_sharding(w)
-    if sharding is None:
-        return basis.conj() @ w
-    replicated = NamedSharding(sharding.mesh, PartitionSpec())
-    return jnp.matmul(basis.conj(), w, out_sharding=replicated)
+    return jnp.matmul(basis.conj(), w, out_sharding=replicated_like(w))
 
 
 def select(pred: Array, on_true: Any, on_false: Any) -> Array:
