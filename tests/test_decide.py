@@ -195,11 +195,11 @@ def test_bad_memory_budget(value):
         lxd.Auto(memory_budget=value)
 
 
-def test_default_budget_is_positive_and_default_policy_is_lazy():
+def test_default_budget_is_positive_and_default_policy_is_auto():
     assert lxd.Auto().budget() > 0
-    # Lazy (lineax's behaviour) until program-level dispatch meets its targets.
     op = lxd.MatrixLinearOperator(jnp.eye(3))
-    assert op.policy == lxd.Lazy()
+    assert op.policy == lxd.Auto()
+    assert lxd.policies.default_policy() == lxd.Auto()
 
 
 def test_explicit_materialise_over_budget_raises():

@@ -208,9 +208,11 @@ def test_strict_promotion(policy, strict_promotion):
 # 9. The default policy.
 
 
-def test_default_policy_is_lazy_and_runs_as_lineax():
-    """Until program-level dispatch lands, an operator without `policy=` behaves as
-    lineax's: the same results, eagerly and under `jax.jit`."""
+def test_default_policy_is_auto_and_runs_as_lineax():
+    """An operator without `policy=` carries `Auto()` (composites too) and gives
+    lineax's results: eagerly through one compiled `mv`, and under a plain
+    `jax.jit`, where each call site is decided alone (inline on the CPU, as
+    lineax)."""
     traces = []
 
     def fn(x):
@@ -218,9 +220,9 @@ def test_default_policy_is_lazy_and_runs_as_lineax():
         return 2.0 * x
 
     operator = lxd.FunctionLinearOperator(fn, _STRUCTURE, closure_convert=False)
-    assert operator.policy == lxd.Lazy()
-    assert lxd.MatrixLinearOperator(jnp.eye(2)).policy == lxd.Lazy()
-    assert (operator + operator).policy == lxd.Lazy()
+    assert operator.policy == lxd.Auto()
+    assert lxd.MatrixLinearOperator(jnp.eye(2)).policy == lxd.Auto()
+    assert (operator + operator).policy == lxd.Auto()
     plain = lx.FunctionLinearOperator(fn, _STRUCTURE, closure_convert=False)
     x = jnp.arange(1.0, N + 1.0)
     traces.clear()

@@ -69,7 +69,7 @@ def test_mixed_policies_combine_to_default_and_keep_their_own():
     a = build("matrix", dispatch=True, policy=lxd.Outline())
     f = build("function", dispatch=True, policy=lxd.Materialise())
     total = a + f
-    assert total.policy == lxd.Lazy()  # the default policy
+    assert total.policy == lxd.Auto()  # the default policy
     assert total.operator1.policy == lxd.Outline()
     assert total.operator2.policy == lxd.Materialise()
     # Transposing keeps each node's own policy.
@@ -127,7 +127,7 @@ def test_lineax_functions_on_plain_operators_give_default_policy():
     plain = build("function", dispatch=False)
     result = lxd.materialise(plain)
     assert isinstance(result, lxd.PyTreeLinearOperator)
-    assert result.policy == lxd.Lazy()  # the default policy
+    assert result.policy == lxd.Auto()  # the default policy
 
 
 def test_adopt_changes_only_the_top_policy_of_an_operator_of_ours():

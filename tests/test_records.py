@@ -46,10 +46,20 @@ def test_mv_cost_from_the_jaxpr_is_xlas_where_it_is_not_lowered(dtype):
         analysis = analysis[0]
     assert cost.flops == analysis["flops"]
     assert cost.bytes == analysis["bytes accessed"]
-    # Other primitives, or constants in the jaxpr (arrays closed over and not
-    # closure-converted), are lowered for XLA's figures.
+    # Arrays closed over (constants of the jaxpr, not closure-converted) that the
+    # function reads as they are: counted from the jaxpr too, as the same arrays
+    # passed as arguments. (XLA's analysis of a module holding them as constants
+    # adds their bytes once more, as if each were written.)
     closed = lambda x: fn(weights, scale, x)  # noqa: E731
-    for other, convert in ((jnp.cumsum, True), (closed, False)):
+    op = lxd.FunctionLinearOperator(closed, structure, closure_convert=False)
+    from_constants = mv_cost(op)
+    assert from_constants.source == "jaxpr"
+    assert from_constants.flops == analysis["flops"]
+    assert from_constants.bytes == analysis["bytes accessed"]
+    # Other primitives, or a computation from the constants alone (XLA folds it:
+    # `layer + layer.T` here), are lowered for XLA's figures.
+    folded = lambda x: sum((w + w.T) @ x for w in weights)  # noqa: E731
+    for other, convert in ((jnp.cumsum, True), (folded, False)):
         op = lxd.FunctionLinearOperator(other, structure, closure_convert=convert)
         assert mv_cost(op).source == "cost_analysis"
 

@@ -24,7 +24,7 @@ class AbstractDispatchOperator(lx.AbstractLinearOperator):
     policy through transposition and operator arithmetic.
 
     Every concrete subclass takes lineax's constructor arguments plus a keyword
-    `policy=` (the default policy, [`lineax_dispatch.Lazy`][], if not given), and
+    `policy=` (the default policy, [`lineax_dispatch.Auto`][], if not given), and
     exposes it as the attribute `policy`. Use this class for `isinstance` checks;
     [`lineax_dispatch.with_policy`][] converts a plain lineax operator.
 

@@ -38,15 +38,22 @@ from ._unseen import decide_unseen as decide_unseen
 
 
 def default_policy() -> AbstractPolicy:
-    """The policy an operator gets when none is given.
+    """The policy an operator gets when none is given: `Auto()`.
 
-    `Lazy()`, lineax's own behaviour, until program-level dispatch (`lxd.jit`
-    deciding on the traced program) meets its targets: measured, a default `Auto`
-    made eager `mv` 70x slower than lineax and compiled programs 6-11x slower on
-    every call after the first. Ask for `Auto()` explicitly to have it decide.
+    - Under [`lineax_dispatch.jit`][] it decides on the traced program (call sites
+        rolled into one loop body, one matrix built, or left inline).
+    - In a solve by one of this package's solvers it decides once per solve, from
+        the solver's expected iterations.
+    - Under a plain `jax.jit` each call site is decided alone: inline, as lineax,
+        unless an out-of-line call (`jax.Inline.XLA_LATE`) would compile in less
+        time; on XLA:CPU that is always inline.
+    - Eagerly, `mv` runs the operator's compiled `mv`.
+
+    What it decided, and why, is printed by [`lineax_dispatch.explain`][]. Ask for
+    `Lazy()` to have lineax's behaviour with no decision at all.
 
     **Returns:**
 
-    A [`lineax_dispatch.Lazy`][] policy.
+    An [`lineax_dispatch.Auto`][] policy.
     """
-    return Lazy()
+    return Auto()

@@ -47,9 +47,9 @@ class Auto(AbstractPolicy):
     A decision depends only on the program being compiled, the operator, the
     budget and the cost model: never on earlier calls.
 
-    Ask for it with `policy=lxd.Auto()` (the default policy is `Lazy()` until
-    program-level dispatch makes Auto cheap enough to be the default). See
-    [`lineax_dispatch.explain`][] for the decisions and their reasons.
+    It is the default policy (`policy=lxd.Auto()` to set its budget, cost model or
+    `runs`). See [`lineax_dispatch.explain`][] for the decisions and their
+    reasons.
 
     !!! Example
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.extend.core as jex
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
@@ -92,9 +93,9 @@ _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 # operations `_EXPANDED` primitives lower to; every operand and result accessed
 # once, a broadcast scalar operand as one array more. A function made of these
 # alone (at any depth of nested calls; on complex values, of
-# `_COUNTED_ON_COMPLEX` alone) and closing over no arrays (XLA counts their bytes
-# too) is not lowered for its cost: lowering and analysing took 9-45 ms a
-# function, more than the rest of a decision.
+# `_COUNTED_ON_COMPLEX` alone), computing nothing from the arrays it closes over
+# alone (`_folds_constants`: XLA folds that), is not lowered for its cost: lowering
+# and analysing took 9-45 ms a function, more than the rest of a decision.
 _ELEMENTWISE = frozenset(
     {
         "add", "add_any", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
@@ -214,6 +215,24 @@ def _counted_as_xla(jaxpr: Any) -> bool:
     return True
 
 
+def _folds_constants(jaxpr: Any, constant: set) -> bool:
+    """Whether an equation of `jaxpr` (in nested calls too) computes from constants
+    alone: from the variables in `constant` (the arrays it closes over), with
+    literals or not. XLA folds such a computation (or does not count it), where `_walk`
+    would count it at every `mv`."""
+    for eqn in jaxpr.eqns:
+        known = [isinstance(v, jex.Literal) or v in constant for v in eqn.invars]
+        # (An equation of literals alone makes a scalar: not worth a lowering.)
+        if all(known) and any(v in constant for v in eqn.invars):
+            return True
+        if eqn.primitive.name in _CALLS:
+            for sub in _sub_jaxprs(eqn):
+                inner = {s for s, v in zip(sub.invars, eqn.invars) if v in constant}
+                if _folds_constants(sub, inner | set(sub.constvars)):
+                    return True
+    return False
+
+
 def jaxpr_cost(closed: Any) -> MvCost:
     """Flops, bytes accessed, operation counts, workspace and constant bytes of a
     closed jaxpr, from its equations alone (dot products counted exactly, other
@@ -266,8 +285,10 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     Flops and bytes come from the jaxpr (its live equations, as JAX lowers them),
     counted as XLA's cost analysis counts them, where every primitive in it is one
     whose count is known (dot products, elementwise arithmetic, transcendentals,
-    data movement, reductions, nested calls of these) and it closes over no
-    arrays: a stencil, a small network, a JVP or VJP of one. Otherwise from XLA's
+    data movement, reductions, nested calls of these) and nothing in it is
+    computed from the arrays it closes over alone (which XLA folds): a stencil, a
+    small network, a JVP or VJP of one, a closed-over matrix applied as it is.
+    Otherwise from XLA's
     `cost_analysis()` of the lowered (not compiled) function where the backend
     gives it and the function's constants are small, else from the jaxpr (other
     operations by their output sizes). Dot and operation counts always come from
@@ -317,7 +338,7 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
         return cost
     live = live_equations(closed.jaxpr)
     cost = jaxpr_cost(closed.replace(jaxpr=live))
-    exact = not closed.consts and _counted_as_xla(live)
+    exact = _counted_as_xla(live) and not _folds_constants(live, live.constvars)
     if not exact and cost.constant_bytes <= _LOWER_CONSTANTS_LIMIT:
         try:
             analysis = traced.lower().cost_analysis() or {}
