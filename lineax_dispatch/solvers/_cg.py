@@ -42,8 +42,11 @@ _CHECK_PROGRESS = 0.5
 
 
 class _Loop(NamedTuple):
-    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, last
-    update `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
+    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, the
+    next input `v` of the `mv` slot (`y` before a residual pass, else `p`: chosen
+    at the end of the pass before, so that the slot reads one vector rather than a
+    select, which XLA:CPU fused into the operator's own kernels), last update
+    `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
     why the loop stopped (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
     `_STAGNATED`, `_CONVERGED`: a loop in `_STEP` has not passed the stopping
     test); `checked` is the stopping test's measure (`test_measure`: the residual
@@ -56,6 +59,7 @@ class _Loop(NamedTuple):
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
     p: Inexact[Array, " n"]
+    v: Inexact[Array, " n"]
     diff: Inexact[Array, " n"]
     gamma: Inexact[Array, ""]
     step: Int[Array, ""]
@@ -160,6 +164,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             y=y0,
             r=jnp.zeros_like(y0),
             p=jnp.zeros_like(y0),
+            v=y0,
             diff=jnp.full_like(y0, jnp.inf),
             gamma=zero,
             step=jnp.array(0),
@@ -179,7 +184,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             # The one application slot: the iterate on a residual step, else the
             # search direction. `out` is then the residual; `product` is `A p` on
             # an ordinary step (where it is read), the bare output of `mv`.
-            out, product = system.apply_split(select(pending, s.y, p), pending)
+            out, product = system.apply_split(s.v, pending)
             curvature = dot(p, product)
             threshold = 100 * rcond * jnp.abs(gamma)
             ok = jnp.real(curvature) > threshold
@@ -190,7 +195,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
             alpha = gamma / select(ok, curvature, 1)
             diff = select(step_taken, alpha * p, s.diff)
             y = select(step_taken, s.y + diff, s.y)
-            r = select(pending, out, select(step_taken, s.r - alpha * product, s.r))
+            r = system.updated_residual(
+                pending, out, product, s.r, select(step_taken, alpha, 0)
+            )
             step = s.step + step_taken.astype(s.step.dtype)
             if self.stabilise_every is None:
                 refresh = jnp.array(False)
@@ -226,8 +233,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
             # (Read from `mode`, which the loop carries anyway, rather than from
             # `refresh` and `bad`: one scalar kernel fewer.)
             advance = mode == _STEP
+            p_new = select(advance, z + beta * p, p)
             return new._replace(
-                p=select(advance, z + beta * p, p),
+                p=p_new,
+                v=select(mode > _STEP, y, p_new),
                 gamma=select(advance, gamma_new, gamma),
                 mode=mode,
                 checked=select(failed, measure.astype(s.checked.dtype), s.checked),

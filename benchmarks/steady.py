@@ -1,0 +1,182 @@
+"""Repeated cheap solves at steady state: the run time of one jitted CG solve of a
+cheap operator, our `lxd.CG` against lineax's `lx.CG`, both under `jax.jit` and
+measured in the same process, interleaved call by call, with each program's first
+call (trace, compile and one run).
+
+What is measured
+----------------
+
+Operators a PDE or least-squares user solves many times (float32, SPD, tagged
+positive semidefinite), each `(shape, n)`:
+
+- `stencil2d`: the 2-D five-point Laplacian plus a shift, on an `s x s` grid
+    (`jnp.pad` and four slices);
+- `stencil1d`: the 1-D three-point Laplacian plus a shift (two `jnp.roll`s);
+- `dense`: a dense `n x n` SPD matrix applied by `A @ x`.
+
+Each solve is `CG(rtol=1e-5, atol=1e-5)` from zero on a fixed random right-hand
+side; ours carries `policy=lxd.Lazy()` so that both programs apply the same `mv`
+inline. Reported per case: the steps each took (equal but for rounding), the median
+of `--calls` calls of each compiled program (alternating lineax and ours), and the
+ratio ours / lineax (target for repeated solves: at most 1.05x), and the median
+first call of `--rounds` fresh programs of each.
+
+How to run
+----------
+
+    python -m benchmarks.steady           # every case, 41 calls, 5 fresh programs
+    python -m benchmarks.steady --quick   # n <= 1024, 11 calls, 1 program
+
+Results: `benchmarks/results/steady.json` and `.png`.
+"""
+
+import statistics
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+
+import lineax_dispatch as lxd
+
+from . import harness
+
+
+FULL = dict(calls=41, rounds=5, max_n=16384)
+QUICK = dict(calls=11, rounds=1, max_n=1024)
+CASES = (
+    ("stencil2d", 1024),
+    ("stencil2d", 4096),
+    ("stencil2d", 16384),
+    ("stencil1d", 1024),
+    ("stencil1d", 4096),
+    ("dense", 64),
+    ("dense", 1024),
+)
+SIDES = ("lineax", "ours")
+TARGET = 1.05
+
+
+def operator_function(shape: str, n: int) -> Callable:
+    """The `mv` of case `(shape, n)` (a new function object at each call)."""
+    if shape == "stencil2d":
+        s = int(round(n**0.5))
+
+        def stencil2d(x):
+            g = x.reshape(s, s)
+            p = jnp.pad(g, 1)
+            near = p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:]
+            return (4.05 * g - near).reshape(-1)
+
+        return stencil2d
+    if shape == "stencil1d":
+        return lambda x: 2.05 * x - jnp.roll(x, 1) - jnp.roll(x, -1)
+    rng = np.random.default_rng(harness.SEED)
+    m = rng.standard_normal((n, n)) / np.sqrt(n)
+    matrix = jnp.asarray(m @ m.T + np.eye(n), jnp.float32)
+    return lambda x: matrix @ x
+
+
+def program(shape: str, n: int, side: str) -> Callable:
+    """The jitted solve of case `(shape, n)` with `side`'s operator and CG."""
+    module, extra = (lx, {}) if side == "lineax" else (lxd, dict(policy=lxd.Lazy()))
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    op = module.FunctionLinearOperator(
+        operator_function(shape, n), structure, lx.positive_semidefinite_tag, **extra
+    )
+    solver = module.CG(rtol=1e-5, atol=1e-5, max_steps=10 * n)
+
+    def solve(b):
+        sol = lx.linear_solve(op, b, solver, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    return jax.jit(solve)
+
+
+def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
+    b = jax.random.normal(jax.random.key(harness.SEED), (n,), jnp.float32)
+    first: dict = {side: [] for side in SIDES}
+    for _ in range(rounds):
+        for side in SIDES:
+            fresh = program(shape, n, side)
+            first[side].append(
+                harness.timed(lambda: jax.block_until_ready(fresh(b)))[1]
+            )
+    compiled = {side: program(shape, n, side) for side in SIDES}
+    values, steps = {}, {}
+    for side, f in compiled.items():
+        value, step = f(b)
+        values[side], steps[side] = np.asarray(value), int(step)
+    times: dict = {side: [] for side in SIDES}
+    for _ in range(calls):
+        for side, f in compiled.items():
+            times[side].append(harness.timed(lambda: jax.block_until_ready(f(b)))[1])
+    run = {side: statistics.median(t) for side, t in times.items()}
+    return dict(
+        shape=shape,
+        n=n,
+        steps=steps,
+        run_s=run,
+        first_call_s={side: statistics.median(t) for side, t in first.items()},
+        run_ratio=run["ours"] / run["lineax"],
+        first_ratio=statistics.median(first["ours"])
+        / statistics.median(first["lineax"]),
+        rel_diff=float(
+            np.linalg.norm(values["ours"] - values["lineax"])
+            / np.linalg.norm(values["lineax"])
+        ),
+    )
+
+
+def report(rows: list[dict]) -> None:
+    headers = ["case", "steps", "lineax run", "ours run", "ours/lineax", "first call"]
+    table = [
+        [
+            f"{r['shape']} n={r['n']}",
+            f"{r['steps']['lineax']}/{r['steps']['ours']}",
+            f"{1e6 * r['run_s']['lineax']:.0f} us",
+            f"{1e6 * r['run_s']['ours']:.0f} us",
+            f"{r['run_ratio']:.3f} ({harness.met(r['run_ratio'] <= TARGET)})",
+            f"{r['first_ratio']:.3f}",
+        ]
+        for r in rows
+    ]
+    print(harness.table(headers, table))
+
+
+def plot(rows: list[dict], path) -> None:
+    plt = harness.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"{r['shape']}\nn={r['n']}" for r in rows]
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["run_ratio"] for r in rows], 0.4, label="steady-state run")
+    ax.bar(x + 0.2, [r["first_ratio"] for r in rows], 0.4, label="first call")
+    ax.axhline(TARGET, color="grey", linestyle=":", label=f"target {TARGET}x")
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("lxd.CG / lx.CG")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"one cheap CG solve; {harness.jax_label(openblas=True)}", fontsize=9)
+    harness.save(fig, path)
+
+
+def main(argv=None) -> None:
+    """Measure, print the report, write `steady.json` and `.png`."""
+    parser = harness.parser(__doc__, FULL, QUICK)
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    env = harness.environment(load_average=True)
+    harness.print_setup(env, settings)
+    rows = [
+        measure_case(shape, n, settings["calls"], settings["rounds"])
+        for shape, n in CASES
+        if n <= settings["max_n"]
+    ]
+    report(rows)
+    payload = dict(environment=env, settings=settings, cases=rows)
+    harness.write_results(args.out, "steady", payload, lambda p: plot(rows, p))
+
+
+if __name__ == "__main__":
+    main()
