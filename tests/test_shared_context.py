@@ -1,8 +1,9 @@
 """`lxd.jit` traces share one jit-cache context, as `jax.jit`'s do: the user's
 jitted helpers (and `jax.numpy`'s own) keep their traces from one program to the
-next, unless a trace made a session's records inside them (an `Auto` operator's
-`mv`, a solve decided in its solver's `init`), which then no later program reuses:
-each program still records and decides everything it holds."""
+next. A program that reused a helper's trace holding another program's `Auto`
+operator call is traced again under a fresh context, and a solve decided in its
+solver's `init` is read back from a reused trace: each program still records and
+decides everything it holds."""
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,36 @@ def test_a_helper_applying_an_auto_operator_is_traced_for_each_program():
         np.testing.assert_allclose(f(x), scale * matrix @ np.asarray(x))
         assert len(f.decisions(x)) == 1  # this program's record, not another's
     assert len(traces) == 2
+
+
+def test_an_auto_operator_in_nested_traces_keeps_the_shared_context():
+    # Applied inside lineax's own CG (its solve is traced in jits of its own) and
+    # in a loop body, an `Auto` operator makes its records in nested traces. Those
+    # traces name this program's marked call; the next program (a new function)
+    # reuses none of them, so no program re-traces the user's helper.
+    traces = []
+
+    @jax.jit
+    def helper(x):
+        traces.append(1)
+        return jnp.sin(x) * 2.0
+
+    operator, matrix = _auto_operator()
+    x = jnp.arange(1.0, N + 1.0)
+    before = shared_context()
+
+    def program(x, scale):
+        solved = lx.linear_solve(operator, helper(x), lx.CG(1e-10, 1e-10)).value
+        looped = jax.lax.fori_loop(0, 2, lambda i, v: operator.mv(v), x)
+        return solved + scale * looped
+
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda x, scale=scale: program(x, scale))
+        expected = np.linalg.solve(matrix, 2.0 * np.sin(np.asarray(x)))
+        expected += scale * matrix @ (matrix @ np.asarray(x))
+        np.testing.assert_allclose(f(x), expected, rtol=1e-8)
+    assert len(traces) == 1
+    assert shared_context() == before
 
 
 @pytest.mark.parametrize("solver", [lxd.CG(1e-10, 1e-10), lxd.AutoSolver()])
@@ -155,4 +186,24 @@ def test_a_materialised_solve_is_read_back_from_a_reused_trace():
     b = jnp.arange(1.0, N + 1.0)
     before = shared_context()
     _two_solving_programs(operator, matrix, solver, b, "Materialise")
+    assert shared_context() == before
+
+
+def test_a_program_of_lxd_jit_called_in_another_is_not_a_stale_trace():
+    # The inner program's marked calls, in the outer trace, are its own (decided
+    # there): the outer program is traced once and keeps the shared context.
+    operator, matrix = _auto_operator()
+    inner = lxd.jit(lambda x: operator.mv(operator.mv(x)))
+    runs = []
+
+    def outer(x):
+        runs.append(1)
+        return inner(x) + operator.mv(x)
+
+    x = jnp.arange(1.0, N + 1.0)
+    before = shared_context()
+    np.testing.assert_allclose(
+        lxd.jit(outer)(x), matrix @ matrix @ np.asarray(x) + matrix @ np.asarray(x)
+    )
+    assert len(runs) == 1
     assert shared_context() == before

@@ -107,9 +107,10 @@ def test_eager_materialise_builds_once_per_operator(batch_size):
 def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
     """Our solvers build their loops under JAX's default jit-cache context (their
     `jax.numpy` calls reuse earlier traces) and apply the operator under the
-    program's own: a jitted function of the user's inside a (plain lineax)
-    operator, which may apply `Auto` operators, is traced for every `lxd.jit`
-    program, as the program's other code is, never taken from another's trace."""
+    program's own. A jitted function of the user's that applies an `Auto`
+    operator, inside a (plain lineax) operator and called in the program itself,
+    is never taken from another program's trace: each program decides its own
+    call sites of the `Auto` operator."""
     traces, counter = [], []
     inner, a = _counted(lxd.Auto(), counter)
 
@@ -122,12 +123,13 @@ def test_solver_loops_trace_the_user_s_code_for_each_program(solver):
     tag = lx.positive_semidefinite_tag
     outer = lx.FunctionLinearOperator(fn, structure, tag, closure_convert=False)
     b = jnp.arange(1.0, 9.0)
-    expected = np.linalg.solve(a + np.eye(8), b)
+    expected = np.linalg.solve(a + np.eye(8), b) + (a + np.eye(8)) @ np.asarray(b)
     for _ in range(2):
         traces.clear()
-        f = lxd.jit(lambda b: lx.linear_solve(outer, b, solver).value)
+        f = lxd.jit(lambda b: lx.linear_solve(outer, b, solver).value + fn(b))
         np.testing.assert_allclose(f(b), expected, rtol=1e-8)
         assert traces
+        assert len(f.decisions(b)) == 1  # the call site of `inner` in `fn(b)`
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,9 @@ from ._arguments import (
 from ._carried import add_carried_solves
 from ._decision import Decision
 from ._jit_errors import new_jit_id, readable_errors, unpatched_jit
-from ._program import AutoGroup, plan_program
+from ._program import AutoGroup, foreign_marked_calls, plan_program
 from ._registry import (
+    current_session,
     PASS_CONTEXT,
     retire_shared_context,
     Session,
@@ -45,19 +46,18 @@ _HIDDEN = (__file__,)
 
 class Compiled(NamedTuple):
     """What `lxd.jit` keeps per signature of its arguments: the program (a
-    `jax.jit` of the traced and rewritten jaxpr), the output box and the decisions
-    (per `Auto` operator kind).
+    `jax.jit` of the traced and rewritten jaxpr), the output box, the decisions
+    (per `Auto` operator kind) and the names of its marked calls.
 
     The program is lowered, compiled and called under the caller's jit-cache
     context, not the trace's own (`PASS_CONTEXT`): the decisions are fixed in the
-    traced program by then (lineax's `linear_solve` lowers its solver by tracing it
-    again, with the operator's policy as its solver's `init` decided it), so the
-    `jax.numpy` functions lineax calls there reuse their traces from earlier
-    programs, as they do under `jax.jit`."""
+    traced program by then, so the `jax.numpy` functions lineax calls when it
+    lowers its solver reuse their traces from earlier programs."""
 
     jitted: Any
     box: OutputBox
     decisions: dict[Any, Decision]
+    names: frozenset[str] = frozenset()
 
 
 def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
@@ -212,7 +212,16 @@ class _CompileAware:
         `_shared_solves.py`): `((jitted, box, traced), session)`. Under the shared
         jit-cache context (see `_registry.shared_context`), or one of its own when
         told hints (its solves must be decided again, not taken from the trace
-        before)."""
+        before). A trace that reused another program's nested trace of an `Auto`
+        operator (`foreign_marked_calls`) retires the shared context and is made
+        again."""
+        stages, active = self._trace_once(split, hints)
+        if foreign_marked_calls(stages[-1].jaxpr.jaxpr, active):
+            retire_shared_context()
+            stages, active = self._trace_once(split, hints)
+        return stages, active
+
+    def _trace_once(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
         active = Session(solve_hints=hints)
         box = OutputBox()
         jitted = unpatched_jit()(self.traceable(split, box, active), **self._passed)
@@ -261,7 +270,8 @@ class _CompileAware:
                 program = _Rewritten(
                     run, closed, actions, traced.out_tree, self._passed, consts
                 )
-            entry = Compiled(program, box, _decisions(active, autos))
+            names = frozenset(active.by_name())
+            entry = Compiled(program, box, _decisions(active, autos), names)
             # A program closing over another trace's values (its tracers) serves
             # that trace only: traced again for the next, as `jax.jit` does.
             if not any(is_tracer(c) for c in consts):
@@ -271,6 +281,9 @@ class _CompileAware:
     def _run(self, method: str, args, kwargs):
         split = self._split(args, kwargs)
         entry = self._prepare(split)
+        outer = current_session()
+        if outer is not None:  # called in another `lxd.jit`'s trace
+            outer.embedded.update(entry.names)
         call = getattr(entry.jitted, method)
         out = call(*split.dynamic_args, **split.dynamic_kwargs)
         if method != "__call__":
@@ -324,9 +337,9 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     calls of one computation (the `mv` of an operator kind with an
     [`lineax_dispatch.Auto`][] or [`lineax_dispatch.Roll`][] policy, a `jax.jit`
     function of the user's with a substantial body), its call sites counted
-    exactly, with the executions of enclosing loops. For each `Auto` group it decides from the program (the cost of
-    one `mv` read from the traced callee, no further trace), minimising compile
-    time plus `runs` times the run time, and rewrites the program:
+    exactly, with the executions of enclosing loops. For each `Auto` group it
+    decides from the program (the cost of one `mv` read from the traced callee),
+    minimising compile time plus `runs` times the run time, and rewrites it:
 
     - `Lazy`: the calls stay as they are (XLA inlines them, as lineax's do);
     - `Roll`: the call sites become one computation: stacked into one `vmap`ped
@@ -338,13 +351,12 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     - `Outline` (where rolling cannot reach: sites inside loop bodies, branches or
         other calls): every site calls one separately compiled `mv`.
 
-    `Roll` operators and the user's repeated functions are rolled; the code of a
-    rolled call that reads only what is the same at every site (an operator's
-    arrays) runs once, before the loop. k solves of one `Auto` operator with the
-    same arrays, from one line, are decided together (one matrix build serving
-    all where that is cheaper): the only case in which `fun` is traced twice. The
-    rewritten program is compiled with `jax.jit` and replaces the traced one: the
-    user's function is not traced again, and the results are those of
+    `Roll` operators and the user's repeated functions are rolled; what a rolled
+    call reads that is the same at every site (an operator's arrays) is computed
+    once, before the loop. `fun` is traced twice only where k solves of one `Auto`
+    operator with the same arrays, from one line, are decided together, or where
+    the trace reused another program's nested trace of an `Auto` operator. The
+    rewritten program is compiled with `jax.jit`; the results are those of
     `jax.jit(fun)`. Operators with other fixed policies are untouched.
 
     **Arguments:**

@@ -26,6 +26,9 @@ from ._per_object import cached_per_object, per_object_cache
 
 # The name of every marked call's equation in a traced program.
 MARKED_NAME = "lineax_dispatch_mv"
+# The prefix of the marked calls of `Auto` operators traced by `lxd.jit`, one name
+# per operator kind and trace (`Session.record`).
+AUTO_NAME = MARKED_NAME + "_auto"
 
 
 class _HashedKey:

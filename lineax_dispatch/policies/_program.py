@@ -14,7 +14,7 @@ from ._cost import jaxpr_cost
 from ._decide import cheapest, decide
 from ._decision import Decision
 from ._lazy import Lazy
-from ._marked import is_marked, MARKED_NAME
+from ._marked import AUTO_NAME, is_marked, MARKED_NAME
 from ._materialise import Materialise
 from ._observation import observe
 from ._outline import Outline
@@ -99,6 +99,39 @@ def _factor(eqn: Any) -> float:
     if name == "while":
         return NESTED_EXECUTIONS
     return 1.0
+
+
+def foreign_marked_calls(jaxpr: Any, active: Session) -> bool:
+    """Whether `jaxpr` (at any depth) calls an `Auto` operator's marked call that
+    `active` did not make and no `lxd.jit` program called in its trace holds: a
+    nested trace (a jit of the user's, a loop body) that a jit cache kept from an
+    earlier program, whose call sites this program cannot decide.
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`, the program's top level.
+    - `active`: the trace's session.
+
+    **Returns:**
+
+    A bool.
+    """
+    known = set(active.by_name()) | active.embedded
+    seen: set[int] = set()
+
+    def walk(sub: Any) -> bool:
+        if id(sub) in seen:
+            return False
+        seen.add(id(sub))
+        for eqn in sub.eqns:
+            name = call_name(eqn) if eqn.primitive.name == "jit" else None
+            if name is not None and name.startswith(AUTO_NAME) and name not in known:
+                return True
+            if any(walk(deeper) for deeper in jex.jaxprs_in_params(eqn.params)):
+                return True
+        return False
+
+    return walk(jaxpr)
 
 
 def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:

@@ -21,7 +21,7 @@ import jax.tree_util as jtu
 import lineax as lx
 
 from .._compat import current_trace, hashable_partition, traceback_frames
-from ._marked import MARKED_NAME, mv_parts, named_marked, StaticKey
+from ._marked import AUTO_NAME, mv_parts, named_marked, StaticKey
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,6 +151,9 @@ class Session:
     # `linear_solve` is one), a loop body, a transformation (see `shared_context`).
     top: Any = dataclasses.field(default=None, repr=False)
     nested_records: bool = False
+    # The marked calls of other `lxd.jit` programs called in this trace (their own
+    # decisions made): not this program's to decide, nor a sign of a stale trace.
+    embedded: set[str] = dataclasses.field(default_factory=set)
 
     def note_record(self) -> None:
         """Notes that a record of this session is being made in the current trace."""
@@ -159,8 +162,10 @@ class Session:
 
     def apply_parts(self, operator: Any) -> tuple[AutoRecord, tuple[Any, Any]]:
         """`(record, mv_parts(operator))` of an `Auto` operator applied in this
-        trace, computed at its first `mv` and reused at its later ones."""
-        self.note_record()
+        trace, computed at its first `mv` and reused at its later ones. (Made in
+        a nested trace, its record does not retire the shared jit-cache context:
+        a later program that reuses that trace finds this session's marked call in
+        its own program, and is traced again; see `foreign_marked_calls`.)"""
         entry = self.applied.get(id(operator))
         if entry is not None and entry[0] is operator:
             return entry[1], entry[2]
@@ -174,7 +179,7 @@ class Session:
         record = self.records.get(key)
         if record is None:
             # Unique to this trace: a nested `lxd.jit` names its own apart.
-            name = f"{MARKED_NAME}_auto_{self.token[:12]}_{len(self.records)}"
+            name = f"{AUTO_NAME}_{self.token[:12]}_{len(self.records)}"
             record = AutoRecord(
                 name, key, abstract_operator(operator), named_marked(name)
             )
@@ -189,12 +194,13 @@ class Session:
 # A jit-cache-sensitive context (`jax.make_user_context`): `lxd.jit` traces run
 # under `shared_context()`, so that the jits nested in the user's function that
 # hold nothing of a session (`jax.numpy`'s own, the user's helpers) keep their
-# traces from one program to the next, as under `jax.jit`; a jit whose trace holds
-# a session's records (an `Auto` operator's marked call named for that trace, a
-# solve decided in its solver's `init`) must not be reused by another program, so
-# a trace that made records in a nested trace retires the shared value
-# (`retire_shared_context`), and a trace told solve hints runs under a value of
-# its own.
+# traces from one program to the next, as under `jax.jit`. A nested trace holding
+# an `Auto` operator's marked call named for one program may be reused by another:
+# that program finds the foreign marked call in its own (`foreign_marked_calls`),
+# retires the shared value (`retire_shared_context`) and is traced again. A solve
+# decided in its solver's `init` rides on its operator (`_carried.py`); an
+# `AutoSolver` choice made in a nested trace retires the value at once; a trace
+# told solve hints runs under a value of its own.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 # The `PASS_CONTEXT` value of the trace while this package's own code runs under
