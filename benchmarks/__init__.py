@@ -6,7 +6,11 @@ the repository root (`make bench` runs them all and rewrites `results/`):
 - `auto`: `Auto` under `lxd.jit` against the best fixed policy, over a grid;
 - `batch`: `lxd.batch_solve` with many right-hand sides, and its peak memory;
 - `program`: program-level dispatch (`lxd.jit` with `Roll` and `Auto`);
-- `autosolver`: `lxd.AutoSolver` against a factorisation and CG (Bratu, Newton).
+- `autosolver`: `lxd.AutoSolver` against a factorisation and CG (Bratu, Newton);
+- `fixed_cost`: the first call of one cheap CG solve, `lxd.jit` against `jax.jit`;
+- `steady`: repeated cheap CG solves at steady state, `lxd.CG` against `lx.CG`;
+- `families`, `stacked`, `dispatch`, `eager`, `replay`, `fit_cost_model`: see
+    each module's docstring and docs/benchmarks.md.
 
 `harness` holds what they share: timing, the environment record, the operators
 built from dense layers, the command line, tables, plots and the results files.

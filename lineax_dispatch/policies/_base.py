@@ -56,7 +56,7 @@ class AbstractPolicy(eqx.Module):
 
     A policy is attached to an operator (`policy=` on every operator of
     lineax-dispatch) and acts each time the operator's `mv` is called. The concrete
-    policies are [`lineax_dispatch.Auto`][], [`lineax_dispatch.Lazy`][] (the default),
+    policies are [`lineax_dispatch.Auto`][] (the default), [`lineax_dispatch.Lazy`][],
     [`lineax_dispatch.Outline`][], [`lineax_dispatch.Materialise`][],
     [`lineax_dispatch.VmapBatch`][] and [`lineax_dispatch.Scan`][]. A new one
     subclasses this and implements `mv`, in which `operator.raw_mv(vector)` is
