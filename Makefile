@@ -78,6 +78,7 @@ bench: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.eager $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.fixed_cost $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.steady $(BENCH_FLAGS) --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.sharded $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.stacked --rolled $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.families --repeats 2 $(BENCH_FLAGS) --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.fit_cost_model --results $(BENCH_OUT)

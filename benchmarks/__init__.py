@@ -9,6 +9,7 @@ the repository root (`make bench` runs them all and rewrites `results/`):
 - `autosolver`: `lxd.AutoSolver` against a factorisation and CG (Bratu, Newton);
 - `fixed_cost`: the first call of one cheap CG solve, `lxd.jit` against `jax.jit`;
 - `steady`: repeated cheap CG solves at steady state, `lxd.CG` against `lx.CG`;
+- `sharded`: per-device memory, collectives and compile at 1-8 devices;
 - `families`, `stacked`, `dispatch`, `eager`, `replay`, `fit_cost_model`: see
     each module's docstring and docs/benchmarks.md.
 

@@ -38,7 +38,7 @@ sys.exit(1 if failed else 0)
 
 def test_there_are_examples():
     names = {path.name for path in EXAMPLES}
-    assert {"bratu.py", "curve_fit.py", "many_rhs.py"} <= names
+    assert {"bratu.py", "curve_fit.py", "many_rhs.py", "sharded_stencil.py"} <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
