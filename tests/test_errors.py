@@ -162,3 +162,17 @@ def test_decide_arguments():
     with pytest.raises(TypeError, match="`model` of `decide`"):
         lxd.decide(observation, model={"flops_per_second": 1.0})
     assert lxd.decide(observation).strategy == "Lazy"
+
+
+def test_outline_refuses_a_vector_sharded_over_an_explicit_axis():
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Explicit,))
+    rows = NamedSharding(mesh, PartitionSpec("x"))
+    structure = jax.ShapeDtypeStruct((4,), jnp.float32, sharding=rows)
+    op = lxd.FunctionLinearOperator(lambda v: 2 * v, structure, policy=lxd.Outline())
+    x = jax.device_put(jnp.ones(4, jnp.float32), rows)
+    with jax.set_mesh(mesh):
+        with pytest.raises(ValueError, match="Outline.*Explicit mesh axis.*`vector`"):
+            jax.jit(lambda v: op.mv(v))(x)
+        # Lazy applies it.
+        lazy = lxd.with_policy(op, lxd.Lazy())
+        assert jnp.allclose(jax.jit(lambda v: lazy.mv(v))(x), 2.0)

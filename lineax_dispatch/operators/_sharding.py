@@ -16,37 +16,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
-
-def explicit_sharding(x: Any) -> NamedSharding | None:
-    """The sharding in `x`'s type where it uses an Explicit mesh axis, else `None`.
-
-    **Arguments:**
-
-    - `x`: an array, a tracer or a `jax.ShapeDtypeStruct`.
-
-    **Returns:**
-
-    A `jax.sharding.NamedSharding` (on an abstract mesh inside a trace), or `None`.
-    """
-    if isinstance(x, jax.ShapeDtypeStruct):
-        sharding = x.sharding
-    else:
-        try:
-            sharding = jax.typeof(x).sharding
-        except (TypeError, AttributeError):
-            return None
-    if not isinstance(sharding, NamedSharding):
-        return None
-    explicit = {
-        name
-        for name, kind in zip(sharding.mesh.axis_names, sharding.mesh.axis_types)
-        if kind == AxisType.Explicit
-    }
-    if not any(_axes(entry) & explicit for entry in sharding.spec):
-        return None
-    return sharding
+from .._explicit_axes import axes_of as _axes, explicit_sharding as explicit_sharding
 
 
 def sharded_structure(operator: Any) -> PartitionSpec | None:
@@ -91,14 +63,6 @@ def batch_as_structure(vectors: Any, structure: Any) -> Any:
         return x if batched is None else jax.sharding.reshard(x, batched)
 
     return jax.tree_util.tree_map(one, vectors, structure)
-
-
-def _axes(entry: Any) -> set:
-    if entry is None:
-        return set()
-    if isinstance(entry, tuple):
-        return set(entry)
-    return {entry}
 
 
 def _order(sharding: NamedSharding, entry: Any) -> int:

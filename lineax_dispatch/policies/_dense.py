@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Inexact, PyTree
 
+from .._explicit_axes import explicit_sharding
 from .._validate import check_positive_int
 from ._base import RawMv
 from ._guard import check_dense_budget
@@ -50,10 +51,14 @@ def _images_of_basis(
     flat_in, unravel_in = _flat_spec(operator.in_structure())
     raw = RawMv(operator)
     size = flat_in.size
+    # The sharding of the input where an Explicit mesh axis types it.
+    sharding = explicit_sharding(flat_in)
 
     def apply(index):
         # The basis vector is made inside the chunk: no full identity in memory.
         basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
+        if sharding is not None:
+            basis_vector = jax.sharding.reshard(basis_vector, sharding)
         out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
         return keep(out, index)
 

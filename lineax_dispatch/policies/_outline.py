@@ -19,6 +19,7 @@ from .._compat import (
     symbolic_zero,
     traced_consts,
 )
+from .._explicit_axes import explicit_sharding
 from ._base import AbstractPolicy, RawMv
 from ._eager import compiled_mv
 from ._marked import (
@@ -294,6 +295,7 @@ class Outline(AbstractPolicy):
     def mv(
         self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
     ) -> PyTree[Any]:
+        _check_unsharded(vector)
         if outline_mv is not None:
             # Marked for XLA to compile once and keep out of line.
             return marked_mv(operator, vector, outline_mv)
@@ -314,3 +316,18 @@ class Outline(AbstractPolicy):
 
 
 Outline.__init__.__doc__ = """**Arguments:** None."""
+
+
+def _check_unsharded(vector: PyTree[Any]) -> None:
+    """A trace-time error for a vector sharded over an Explicit mesh axis: an
+    out-of-line `mv` cannot take it (on jax < 0.11 a host callback takes its vectors
+    on one device; on jax 0.12.0.1 XLA's partitioner leaves an `XLA_LATE` callee
+    unpartitioned, and the program fails when it runs)."""
+    for leaf in jtu.tree_leaves(vector):
+        sharding = explicit_sharding(leaf)
+        if sharding is not None:
+            raise ValueError(
+                "`Outline()` applies `mv` out of line, which cannot take a vector "
+                "sharded over an Explicit mesh axis; the `vector` given is sharded "
+                f"{sharding.spec}. Use `Lazy()` or `Roll()`, or Auto mesh axes."
+            )

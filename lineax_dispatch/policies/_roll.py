@@ -38,6 +38,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 
 from .._compat import bind_equation
+from .._explicit_axes import explicit_sharding
 from ._hoist import Hoisted, split_invariant
 from ._roll_inputs import fresh_inputs
 from ._roll_plan import RollPlan
@@ -72,9 +73,14 @@ def prologue(closed: Any, inputs: Sequence[Any], stop: int) -> dict:
 
 
 def _as_aval(value: Any, aval: Any) -> Any:
-    """`value` with exactly `aval`'s dtype and no weak type, so that a loop carry
-    has one type whatever branch wrote it."""
-    return lax.convert_element_type(jnp.asarray(value), aval.dtype)
+    """`value` with exactly `aval`'s dtype and no weak type, and its sharding where
+    that is on an Explicit mesh axis (part of the type), so that a loop carry has
+    one type whatever branch wrote it."""
+    out = lax.convert_element_type(jnp.asarray(value), aval.dtype)
+    sharding = explicit_sharding(aval)
+    if sharding is not None and explicit_sharding(out) != sharding:
+        out = jax.sharding.reshard(out, sharding)
+    return out
 
 
 def _at(table: jax.Array, j: jax.Array) -> jax.Array:
@@ -94,7 +100,7 @@ def _table_literal(table: dict, key: Any, j: Any, value: Any, aval: Any) -> Any:
 
 
 def _zeros(aval: Any) -> jax.Array:
-    return jnp.zeros(aval.shape, aval.dtype)
+    return jnp.zeros(aval.shape, aval.dtype, out_sharding=explicit_sharding(aval))
 
 
 def _start(start: Any, aval: Any, env: dict) -> jax.Array:
@@ -103,7 +109,7 @@ def _start(start: Any, aval: Any, env: dict) -> jax.Array:
         return _zeros(aval)
     kind, value = start
     value = env[value] if kind == "var" else value
-    return jnp.broadcast_to(_as_aval(value, aval), aval.shape)
+    return _as_aval(jnp.broadcast_to(jnp.asarray(value), aval.shape), aval)
 
 
 def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:

@@ -1,0 +1,47 @@
+"""Whether an array's type carries an Explicit mesh axis (see
+`lineax_dispatch.operators._sharding` for what that means for operators and
+solvers): the one test every layer shares."""
+
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, NamedSharding
+
+
+def axes_of(entry: Any) -> set:
+    """The mesh axis names of one entry of a `PartitionSpec`."""
+    if entry is None:
+        return set()
+    if isinstance(entry, tuple):
+        return set(entry)
+    return {entry}
+
+
+def explicit_sharding(x: Any) -> NamedSharding | None:
+    """The sharding in `x`'s type where it uses an Explicit mesh axis, else `None`.
+
+    **Arguments:**
+
+    - `x`: an array, a tracer, a `jax.ShapeDtypeStruct` or an abstract value.
+
+    **Returns:**
+
+    A `jax.sharding.NamedSharding` (on an abstract mesh inside a trace), or `None`.
+    """
+    if isinstance(x, jax.ShapeDtypeStruct):
+        sharding = x.sharding
+    else:
+        try:
+            sharding = jax.typeof(x).sharding
+        except (TypeError, AttributeError):  # an abstract value (or no array)
+            sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return None
+    explicit = {
+        name
+        for name, kind in zip(sharding.mesh.axis_names, sharding.mesh.axis_types)
+        if kind == AxisType.Explicit
+    }
+    if not any(axes_of(entry) & explicit for entry in sharding.spec):
+        return None
+    return sharding
