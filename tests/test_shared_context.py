@@ -28,13 +28,20 @@ def _auto_operator(scale: float = 3.0):
     return operator, np.asarray(matrix)
 
 
-def test_a_helper_without_records_is_traced_once_for_many_programs():
-    traces = []
+def _counted_helper(traces: list):
+    """A jitted helper of the user's (no operator in it) that notes each trace."""
 
     @jax.jit
     def helper(x):
         traces.append(1)
         return jnp.sin(x) * 2.0
+
+    return helper
+
+
+def test_a_helper_without_records_is_traced_once_for_many_programs():
+    traces = []
+    helper = _counted_helper(traces)
 
     operator, matrix = _auto_operator()
     x = jnp.arange(1.0, N + 1.0)
@@ -68,11 +75,7 @@ def test_an_auto_operator_in_nested_traces_keeps_the_shared_context():
     # traces name this program's marked call; the next program (a new function)
     # reuses none of them, so no program re-traces the user's helper.
     traces = []
-
-    @jax.jit
-    def helper(x):
-        traces.append(1)
-        return jnp.sin(x) * 2.0
+    helper = _counted_helper(traces)
 
     operator, matrix = _auto_operator()
     x = jnp.arange(1.0, N + 1.0)
