@@ -218,8 +218,8 @@ def _counted_as_xla(jaxpr: Any) -> bool:
 def _folds_constants(jaxpr: Any, constant: set) -> bool:
     """Whether an equation of `jaxpr` (in nested calls too) computes from constants
     alone: from the variables in `constant` (the arrays it closes over), with
-    literals or not. XLA folds such a computation (or does not count it), where `_walk`
-    would count it at every `mv`."""
+    literals or not. XLA folds such a computation (or does not count it), where
+    `_walk` would count it at every `mv`."""
     for eqn in jaxpr.eqns:
         known = [isinstance(v, jex.Literal) or v in constant for v in eqn.invars]
         # (An equation of literals alone makes a scalar: not worth a lowering.)
@@ -288,10 +288,9 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     data movement, reductions, nested calls of these) and nothing in it is
     computed from the arrays it closes over alone (which XLA folds): a stencil, a
     small network, a JVP or VJP of one, a closed-over matrix applied as it is.
-    Otherwise from XLA's
-    `cost_analysis()` of the lowered (not compiled) function where the backend
-    gives it and the function's constants are small, else from the jaxpr (other
-    operations by their output sizes). Dot and operation counts always come from
+    Otherwise from XLA's `cost_analysis()` of the lowered (not compiled) function
+    where the backend gives it and the function's constants are small, else from
+    the jaxpr (other operations by their output sizes). Dot and operation counts always come from
     the jaxpr.
 
     **Arguments:**

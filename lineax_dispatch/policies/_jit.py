@@ -57,7 +57,7 @@ class Compiled(NamedTuple):
     jitted: Any
     box: OutputBox
     decisions: dict[Any, Decision]
-    names: frozenset[str] = frozenset()
+    names: frozenset[str]
 
 
 def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:

@@ -69,21 +69,19 @@ class System(eqx.Module):
         """From a pass's `(out, product) = apply_split(x, residual)`: the residual
         `out` where `residual` is true, else `r - coef * product`.
 
-        For the plain system, from `product` (`N x`, the `mv`'s output) alone:
-        `c - N x` or `r - coef N x`. Where the system has at least
-        `_UPDATE_IN_COND` unknowns that is a `lax.cond`, whose branches read
-        `N x` as computed: as a select between the two, XLA:CPU fuses the `mv`'s
-        own operations into the update and computes them a second time there. Measured by `python -m benchmarks.steady` (CG on a 2-D
-        five-point stencil, float32, 2 cores): at n = 4096 and 16384 a solve took
-        1.41x and 1.81x lineax's time with the select, 1.07x with the `cond`; at
-        n = 1024 the select is as fast (0.91x), and the `cond` costs 5-10% more
-        compile.
+        A select between the two, except for the plain system from
+        `_UPDATE_IN_COND` unknowns on: there a `lax.cond` whose branches read
+        `N x` (the `mv`'s output) as computed, `c - N x` or `r - coef N x`. As a
+        select, XLA:CPU fuses the `mv`'s own operations into the update and
+        computes them a second time there. Measured by `python -m
+        benchmarks.steady` (CG on a 2-D five-point stencil, float32, 2 cores): at
+        n = 4096 and 16384 a solve took 1.41x and 1.81x lineax's time with the
+        select, 1.07x with the `cond`; at n = 1024 the select is as fast (0.91x),
+        and the `cond` costs 5-10% more compile.
         """
-        if self.split is None or self.rhs is None:
-            return select(residual, out, r - coef * product)
         rhs = self.rhs
-        if product.size < _UPDATE_IN_COND:
-            return select(residual, rhs - product, r - coef * product)
+        if self.split is None or rhs is None or product.size < _UPDATE_IN_COND:
+            return select(residual, out, r - coef * product)
         return lax.cond(
             residual,
             lambda w, r, coef: rhs - w,
