@@ -25,7 +25,7 @@ import optimistix as optx  # noqa: E402
 
 import lineax_dispatch as lxd  # noqa: E402
 from benchmarks import harness  # noqa: E402
-from lineax_dispatch.policies._budget import format_bytes  # noqa: E402
+from lineax_dispatch.policies._memory import format_bytes
 
 
 bratu = harness.example("bratu")

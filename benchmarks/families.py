@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import lineax_dispatch as lxd
 from benchmarks import families_cases as fc, harness
 from benchmarks.auto_report import AUTO_FOR, BASELINE, FIXED, score, SCORES
-from lineax_dispatch.policies import _auto, _program
+from lineax_dispatch.policies import _auto
+from lineax_dispatch.program import _decide as _program
 
 
 POLICIES = dict(

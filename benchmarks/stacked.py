@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies import _rewrite
+from lineax_dispatch.program.rewrite import _rewrite
 
 from . import harness, program
 

@@ -36,9 +36,6 @@ from .policies import (
     decide as decide,
     Decision as Decision,
     dense_matrix as dense_matrix,
-    explain as explain,
-    ExplainReport as ExplainReport,
-    jit as jit,
     Lazy as Lazy,
     Materialise as Materialise,
     Observation as Observation,
@@ -48,6 +45,11 @@ from .policies import (
     Roll as Roll,
     Scan as Scan,
     VmapBatch as VmapBatch,
+)
+from .program import (
+    explain as explain,
+    ExplainReport as ExplainReport,
+    jit as jit,
 )
 from .solvers import (
     AbstractOneSiteSolver as AbstractOneSiteSolver,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies import _calibration as calibration
+from lineax_dispatch.policies.decision import _calibration as calibration
 
 
 def _fresh(fn):

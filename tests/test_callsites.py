@@ -188,7 +188,7 @@ def test_a_new_operator_kind_is_traced_without_comparing_earlier_kinds(monkeypat
     (with one `jax.jit` taking the key as a static argument, jax's cache of
     argument shardings held every kind under one hash, and each trace compared
     its key with all of them)."""
-    from lineax_dispatch.policies import _marked
+    from lineax_dispatch.policies.calls import _keys as _marked
 
     compared = []
     equal = _marked._HashedKey.__eq__

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies._hoist import split_invariant
+from lineax_dispatch.program.analyse._hoist import split_invariant
 from lineax_dispatch.solvers import expected_iterations
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies._jit import _Rewritten
+from lineax_dispatch.program._compiled import _Rewritten
 
 from .roll_programs import ROLL_MODEL
 

@@ -139,12 +139,13 @@ def test_an_operator_at_many_sites_is_partitioned_once(monkeypatch):
     """An `Auto` operator applied at 16 sites of an `lxd.jit` program is split into
     its kind key and arrays once (at its first `mv`), not at every site; what that
     keeps holds the trace's tracers and is dropped when the trace ends."""
-    from lineax_dispatch.policies import _auto, _registry
+    from lineax_dispatch.policies import _auto
+    from lineax_dispatch.policies.calls import _keys, _session
 
     keys = []
-    operator_key = _registry.operator_key
+    operator_key = _keys.operator_key
     counted = lambda op: keys.append(1) or operator_key(op)
-    for module in (_registry, _auto):
+    for module in (_session, _auto):
         monkeypatch.setattr(module, "operator_key", counted, raising=False)
     op = _operators(lxd.Auto(cost_model=ROLL_MODEL))[0]
     x = jnp.linspace(0.1, 1.0, N)
@@ -247,7 +248,7 @@ def test_calls_put_inline_are_spliced_into_the_traced_program():
     that forward an input, a dropped output and a call's output read after it:
     a valid jaxpr computing what the program computes, with no call left (the
     callee's constants become the program's)."""
-    from lineax_dispatch.policies._rewrite import inlined_jaxpr
+    from lineax_dispatch.program.rewrite._rewrite import inlined_jaxpr
 
     shift = jnp.asarray(np.linspace(0.0, 1.0, 4))  # a constant of the callee
 

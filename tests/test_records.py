@@ -160,7 +160,7 @@ def test_budgets_are_parsed_once_and_compare_by_value(make):
 
 
 def test_sizes_have_one_home():
-    from lineax_dispatch.policies import _sizes
+    from lineax_dispatch.policies import _memory as _sizes
 
     op = _op()
     assert _sizes.itemsize(op) == 4

@@ -150,9 +150,9 @@ def test_unrolled_loops_share_one_branch():
     starting the carried sum with its literal (`0 + x` of Python's `sum`); the
     last, which computes no next input, runs the branch's code that computes one
     (unused: cheap, without effects) or repeats the start of it after its call."""
-    from lineax_dispatch.policies._marked import MARKED_NAME
-    from lineax_dispatch.policies._program import find_groups
-    from lineax_dispatch.policies._roll_plan import plan_roll
+    from lineax_dispatch.policies.calls._marked import MARKED_NAME
+    from lineax_dispatch.program.analyse._groups import find_groups
+    from lineax_dispatch.program.analyse._roll_plan import plan_roll
 
     op = _operators(lxd.Roll())[0]
 
@@ -190,8 +190,8 @@ def test_code_after_the_last_call_that_repeats_a_step_joins_the_loop():
     """`for i: x = op.mv(x); x = normalise(x, c_i)`: the last step's code is the
     first equations after the loop; it runs in the loop's last step, so every step
     shares one branch and the program has no `lax.switch`."""
-    from lineax_dispatch.policies._program import find_groups
-    from lineax_dispatch.policies._roll_plan import plan_roll
+    from lineax_dispatch.program.analyse._groups import find_groups
+    from lineax_dispatch.program.analyse._roll_plan import plan_roll
 
     op = _operators(lxd.Roll())[0]
 

@@ -199,8 +199,8 @@ def test_first_and_last_steps_join_the_loop_only_where_equivalent(which):
     assert len(calls_lxd) == len(calls_jit)
     np.testing.assert_allclose(calls_lxd, calls_jit, rtol=1e-12)
     if which in ("from_before", "heavy_next"):
-        from lineax_dispatch.policies._program import find_groups
-        from lineax_dispatch.policies._roll_plan import plan_roll
+        from lineax_dispatch.program.analyse._groups import find_groups
+        from lineax_dispatch.program.analyse._roll_plan import plan_roll
 
         jaxpr = jax.make_jaxpr(program)(x).jaxpr
         (group,) = [g for g in find_groups(jaxpr).values() if len(g.sites) > 1]

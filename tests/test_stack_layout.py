@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies._stack_layout import batched_eval
+from lineax_dispatch.program.rewrite._stack_layout import batched_eval
 
 
 N, M, K = 5, 4, 3

@@ -142,8 +142,8 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     their traces from earlier programs, while the operator's `mv` (the user's
     code) runs under the program's own context. The program is then lowered
     under the caller's context."""
-    from lineax_dispatch.policies._registry import PASS_CONTEXT
-    from lineax_dispatch.solvers import _base
+    from lineax_dispatch.policies.calls._session import PASS_CONTEXT
+    from lineax_dispatch.solvers.one_site import _base
 
     set_up, user = [], []
     original = _base.plain_system

@@ -10,7 +10,7 @@ from .._compat import root_trace_ref
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
 from ..policies._dense import EXPLICIT_OPERATORS
 from ..policies._eager import eager_apply
-from ..policies._guard import check_dense_budget
+from ..policies._memory import check_dense_budget
 from ._structure import check_vector
 
 

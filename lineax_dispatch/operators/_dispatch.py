@@ -33,17 +33,15 @@ from jaxtyping import Array, Inexact
 
 from ..policies import Materialise, RawMv
 from ..policies._dense import diagonal_in_chunks
-from ..policies._guard import (
+from ..policies._memory import (
     budget_in_force,
+    build_bytes,
     check_bytes,
     check_dense_budget,
-    policy_in_force,
-)
-from ..policies._sizes import (
-    build_bytes,
     diagonal_build_bytes,
     diagonal_chunk,
     itemsize,
+    policy_in_force,
 )
 from ._base import AbstractDispatchOperator, holds_entries
 from ._convert import adopt

@@ -4,7 +4,7 @@ import lineax as lx
 from jaxtyping import Array, Shaped
 
 from ..policies import AbstractPolicy, default_policy
-from ..policies._guard import check_dense_budget
+from ..policies._memory import check_dense_budget
 from ._base import AbstractDispatchOperator, holds_entries
 from ._convert import adopt
 

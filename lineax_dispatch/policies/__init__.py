@@ -1,40 +1,36 @@
-"""Policies: how an operator applies its `mv`."""
+"""Policies: how an operator applies its `mv`.
+
+The policy classes are modules of this folder; `calls/` holds the marked calls
+they apply through (keys, the trace's scope and session, source sites) and
+`decision/` the rule `Auto` decides by (records, observation, cost, the model's
+formulas, `decide`)."""
 
 from ._auto import Auto as Auto
 from ._base import (
     AbstractPolicy as AbstractPolicy,
     check_policy as check_policy,
     in_raw_mv_context as in_raw_mv_context,
-    raw_mv_context as raw_mv_context,
     RawMv as RawMv,
 )
 from ._batching import Scan as Scan, VmapBatch as VmapBatch
-from ._budget import (
+from ._dense import dense_matrix as dense_matrix
+from ._lazy import Lazy as Lazy
+from ._materialise import Materialise as Materialise
+from ._memory import (
     default_memory_budget as default_memory_budget,
     format_bytes as format_bytes,
     parse_memory_budget as parse_memory_budget,
 )
-from ._calibration import machine_cost_model as machine_cost_model
-from ._cost import mv_cost as mv_cost, MvCost as MvCost
-from ._decide import CostModel as CostModel, decide as decide
-from ._decision import Decision as Decision, Estimate as Estimate
-from ._dense import dense_matrix as dense_matrix, dense_mv as dense_mv
-from ._explain import (
-    explain as explain,
-    ExplainReport as ExplainReport,
-    ExplainRow as ExplainRow,
-)
-from ._jit import jit as jit
-from ._lazy import Lazy as Lazy
-from ._materialise import Materialise as Materialise
-from ._observation import Observation as Observation, observe as observe
 from ._outline import Outline as Outline
-from ._registry import (
-    expected_executions as expected_executions,
-    SolverChoice as SolverChoice,
-)
-from ._roll_policy import Roll as Roll
-from ._unseen import decide_unseen as decide_unseen
+from ._roll import Roll as Roll
+from .calls._session import SolverChoice as SolverChoice
+from .decision._calibration import machine_cost_model as machine_cost_model
+from .decision._cost import mv_cost as mv_cost, MvCost as MvCost
+from .decision._decide import decide as decide
+from .decision._model import CostModel as CostModel
+from .decision._observation import Observation as Observation, observe as observe
+from .decision._records import Decision as Decision, Estimate as Estimate
+from .decision._unseen import decide_unseen as decide_unseen
 
 
 def default_policy() -> AbstractPolicy:

@@ -5,19 +5,21 @@ from typing import Any
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._jaxpr import out_leaves
 from .._validate import check_positive_real
 from ._base import AbstractPolicy
-from ._budget import optional_budget, resolve_budget
-from ._calibration import machine_cost_model
-from ._cost import jaxpr_cost, MvCost
-from ._decide import CostModel, decide
-from ._decision import Decision
 from ._eager import compiled_mv
-from ._marked import current_scope, inline_mv, marked_mv, mv_parts, outline_mv
-from ._observation import observe
-from ._program import out_leaves
-from ._registry import current_executions, current_session
-from ._unseen import decide_unseen
+from ._memory import optional_budget, resolve_budget
+from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
+from .calls._scope import current_scope
+from .calls._session import current_session
+from .decision._calibration import machine_cost_model
+from .decision._cost import jaxpr_cost, MvCost
+from .decision._decide import decide
+from .decision._model import CostModel
+from .decision._observation import observe
+from .decision._records import Decision
+from .decision._unseen import decide_unseen
 
 
 class Auto(AbstractPolicy):
@@ -151,7 +153,7 @@ class Auto(AbstractPolicy):
         A [`lineax_dispatch.Decision`][].
         """
         if executions is None:
-            executions = current_executions()
+            executions = 1.0
         observation = observe(
             operator,
             memory_budget=self.budget(),

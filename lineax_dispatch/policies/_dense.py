@@ -14,8 +14,8 @@ from jaxtyping import Array, Inexact, PyTree
 from .._explicit_axes import explicit_sharding
 from .._validate import check_positive_int
 from ._base import RawMv
-from ._guard import check_dense_budget
-from ._marked import current_scope
+from ._memory import check_dense_budget
+from .calls._scope import current_scope
 
 
 # Operators that already hold their entries: their own `mv` is the materialised one.

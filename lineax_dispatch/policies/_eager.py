@@ -21,8 +21,8 @@ import jax.tree_util as jtu
 from jaxtyping import PyTree
 
 from .._compat import is_tracer
-from ._marked import eager_parts, lineax_dispatch_mv, MarkedCall
-from ._per_object import cached_per_object, per_object_cache
+from .calls._marked import eager_parts, lineax_dispatch_mv, MarkedCall
+from .calls._per_object import cached_per_object, per_object_cache
 
 
 _Apply = Callable[[PyTree[Any]], PyTree[Any]]

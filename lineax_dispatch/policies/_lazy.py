@@ -7,7 +7,7 @@ from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
 from ._eager import compiled_mv
-from ._marked import inline_mv, marked_mv
+from .calls._marked import inline_mv, marked_mv
 
 
 class Lazy(AbstractPolicy):

@@ -7,7 +7,6 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._budget import optional_budget, resolve_budget
 from ._dense import (
     build_dense_matrix,
     check_batch_size,
@@ -15,9 +14,9 @@ from ._dense import (
     dense_mv,
     EXPLICIT_OPERATORS,
 )
-from ._guard import check_dense_budget
-from ._marked import current_scope
-from ._per_object import cached_per_object, per_object_cache
+from ._memory import check_dense_budget, optional_budget, resolve_budget
+from .calls._per_object import cached_per_object, per_object_cache
+from .calls._scope import current_scope
 
 
 def _materialised_mv(

@@ -22,15 +22,10 @@ from .._compat import (
 from .._explicit_axes import explicit_sharding
 from ._base import AbstractPolicy, RawMv
 from ._eager import compiled_mv
-from ._marked import (
-    ByIdentity,
-    current_scope,
-    inline_mv,
-    marked_mv,
-    mv_parts,
-    outline_mv,
-)
-from ._per_object import cached_per_object, per_object_cache
+from .calls._keys import ByIdentity
+from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
+from .calls._per_object import cached_per_object, per_object_cache
+from .calls._scope import current_scope
 
 
 class JaxprMv(eqx.Module):

@@ -7,7 +7,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ._base import AbstractPolicy
-from ._marked import pinned_scope, TraceScope
+from .calls._scope import pinned_scope, TraceScope
 
 
 class _Unkeyed:

@@ -12,18 +12,24 @@ from .._validate import check_positive_int, check_tolerance
 from ..operators import AbstractDispatchOperator, with_policy
 from ..operators._sharding import sharded_structure
 from ..policies import Auto, CostModel, observe
-from ..policies._budget import default_memory_budget, format_bytes, optional_budget
-from ..policies._calibration import machine_cost_model
-from ..policies._decide import batched_compile, mv_compile, mv_run, read_rate
-from ..policies._guard import policy_budget
-from ..policies._registry import record_solver_choice
-from ..policies._sizes import itemsize as operator_itemsize, matrix_bytes, vector_bytes
-from ._cg import CG
-from ._gmres import GMRES
-from ._lsmr import LSMR
-from ._minres import MINRES
+from ..policies._memory import (
+    default_memory_budget,
+    format_bytes,
+    itemsize as operator_itemsize,
+    matrix_bytes,
+    optional_budget,
+    policy_budget,
+    vector_bytes,
+)
+from ..policies.calls._session import record_solver_choice
+from ..policies.decision._calibration import machine_cost_model
+from ..policies.decision._formulas import batched_compile, mv_compile, mv_run, read_rate
 from ._policy_solver import hide_static, reveal_static
 from ._prepare import expected_iterations
+from .one_site._cg import CG
+from .one_site._gmres import GMRES
+from .one_site._lsmr import LSMR
+from .one_site._minres import MINRES
 
 
 class _DirectCost(eqx.Module):

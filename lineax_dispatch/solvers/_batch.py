@@ -30,7 +30,7 @@ from ..policies import (
     VmapBatch,
 )
 from ..policies._dense import check_batch_size
-from ..policies._guard import policy_in_force
+from ..policies._memory import policy_in_force
 from ._batch_chunks import as_mesh, sharded, with_progress, without_explicit_axes
 from ._prepare import _single_array, _tags, expected_iterations
 

@@ -7,10 +7,10 @@ import lineax as lx
 
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
-from ..policies._marked import current_scope
 from ..policies._pinned import pinned
-from ..policies._registry import operator_key, record_solve, solve_record
-from ..policies._shared_solves import solve_hint
+from ..policies.calls._keys import operator_key
+from ..policies.calls._scope import current_scope
+from ..policies.calls._session import record_solve, solve_hint, solve_record
 
 
 def expected_iterations(max_steps: int | None, size: int) -> int:

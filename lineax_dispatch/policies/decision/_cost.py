@@ -1,0 +1,396 @@
+"""The cost of one `mv`: `MvCost`, from XLA's cost analysis or from the jaxpr."""
+
+import contextvars
+import dataclasses
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+
+from ..._compat import (
+    live_equations,
+)
+from .._memory import array_bytes, itemsize, matrix_bytes, vector_bytes
+from ..calls._keys import is_leaf_array, operator_key
+from ..calls._marked import inline_mv, mv_parts
+from ..calls._scope import current_scope
+
+
+class MvCost(eqx.Module):
+    """The cost of one `mv`, as `lineax_dispatch.policies.mv_cost` gives it.
+
+    **Arguments:** (each is also the attribute of that name)
+
+    - `flops`: floating-point operations.
+    - `bytes`: bytes accessed.
+    - `dots`: dot products the function lowers to.
+    - `ops`: other operations it lowers to.
+    - `constant_bytes`: bytes of the arrays its jaxpr closes over.
+    - `workspace`: bytes of every intermediate (what each vector of a batch needs).
+    - `source`: where `flops` and `bytes` came from: `"cost_analysis"`, `"jaxpr"`
+        or `"estimate"`.
+    - `effects`: whether the `mv` has effects (a `jax.debug.print`, a callback,
+        `eqx.error_if`): they must run where and as often as the program applies
+        it.
+    - `batchable`: whether `vmap` can batch the `mv` (not where it calls
+        `jax.pure_callback` without a `vmap_method`).
+    """
+
+    flops: float
+    bytes: float
+    dots: int
+    ops: int
+    constant_bytes: int
+    workspace: int
+    source: str
+    effects: bool = False
+    batchable: bool = True
+
+
+def batchable(jaxpr: Any) -> bool:
+    """Whether `vmap` can batch `jaxpr`: no `jax.pure_callback` in it (at any
+    depth) without a `vmap_method` (valid under `jax.jit`, refused by `vmap`).
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`.
+
+    **Returns:**
+
+    A bool.
+    """
+    for eqn in jaxpr.eqns:
+        if (
+            eqn.primitive.name == "pure_callback"
+            and eqn.params.get("vmap_method", "unknown") is None
+        ):
+            return False
+        if not all(batchable(sub) for sub in _sub_jaxprs(eqn)):
+            return False
+    return True
+
+
+@dataclasses.dataclass
+class _Totals:
+    """What `_walk` adds up over a jaxpr's equations."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    dots: int = 0
+    ops: int = 0
+    workspace: int = 0
+
+
+# Lowering a function prints its closed-over constants into the module; above this
+# many bytes of constants the cost comes from the jaxpr alone.
+_LOWER_CONSTANTS_LIMIT = 16 * 2**20
+
+
+# How `_walk` counts flops as XLA's cost analysis of the lowered function does
+# (checked against it on jax 0.10.2 and 0.12, tests/test_records.py): 2 m n k per
+# dot product, one per element for the elementwise arithmetic below, none for the
+# transcendentals (XLA counts those apart) and for moving data, n - 1 per
+# reduction of n elements, the square-and-multiply products of `x**k`, and the
+# operations `_EXPANDED` primitives lower to; every operand and result accessed
+# once, a broadcast scalar operand as one array more. A function made of these
+# alone (at any depth of nested calls; on complex values, of
+# `_COUNTED_ON_COMPLEX` alone), computing nothing from the arrays it closes over
+# alone (`_folds_constants`: XLA folds that), is not lowered for its cost: lowering
+# and analysing took 9-45 ms a function, more than the rest of a decision.
+_ELEMENTWISE = frozenset(
+    {
+        "add", "add_any", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
+        "select_n", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
+        "convert_element_type", "square", "floor", "ceil", "round", "clamp", "rem",
+        "stop_gradient",
+    }
+)  # fmt: skip
+
+
+_MOVES = frozenset(
+    {
+        "reshape", "slice", "pad", "broadcast_in_dim", "concatenate", "transpose",
+        "squeeze", "expand_dims", "rev", "copy", "copy_p", "dynamic_slice",
+        "dynamic_update_slice",
+    }
+)  # fmt: skip
+
+
+_TRANSCENDENTAL = frozenset(
+    {
+        "tanh", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt",
+        "sin", "cos", "tan", "erf", "atan2", "pow",
+    }
+)  # fmt: skip
+
+
+_NO_FLOPS = _MOVES | _TRANSCENDENTAL
+
+
+_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
+
+
+_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call"})
+
+
+_EXPANDED = {"logistic": (3.0, 9), "one_minus_square": (3.0, 8)}
+
+
+_COUNTED_AS_XLA = (
+    _ELEMENTWISE
+    | _NO_FLOPS
+    | _REDUCTIONS
+    | _CALLS
+    | frozenset(_EXPANDED)
+    | {"dot_general", "integer_pow"}
+)
+
+
+# Of these, the ones counted so on complex values too.
+_COUNTED_ON_COMPLEX = (
+    frozenset({"dot_general", "add", "add_any", "sub", "mul", "neg"}) | _MOVES | _CALLS
+)
+
+
+def _sub_jaxprs(eqn) -> list:
+    out = []
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
+                out.append(item.jaxpr)
+            elif hasattr(item, "eqns"):
+                out.append(item)
+    return out
+
+
+def _walk(jaxpr, totals: _Totals) -> None:
+    for eqn in jaxpr.eqns:
+        subs = _sub_jaxprs(eqn)
+        if subs:
+            for sub in subs:
+                _walk(sub, totals)
+            continue
+        out_avals = [v.aval for v in eqn.outvars]
+        in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
+        totals.bytes += sum(array_bytes(a) for a in in_avals + out_avals)
+        totals.workspace += sum(array_bytes(a) for a in out_avals)
+        name = eqn.primitive.name
+        out_size = sum(math.prod(a.shape) for a in out_avals)
+        if name == "dot_general":
+            (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval
+            contracted = math.prod(lhs.shape[d] for d in lhs_contract)
+            totals.flops += 2.0 * out_size * contracted
+            totals.dots += 1
+            continue
+        totals.ops += 1
+        if name in _NO_FLOPS:
+            continue
+        if name in _REDUCTIONS:
+            in_size = sum(math.prod(a.shape) for a in in_avals)
+            totals.flops += float(max(in_size - out_size, 0))
+        elif name == "integer_pow":
+            k = abs(int(eqn.params["y"]))
+            multiplies = max(k.bit_length() + bin(k).count("1") - 2, 1)
+            totals.flops += float(out_size * multiplies)
+            # Lowered to that many products, each reading two arrays and writing
+            # one.
+            out_bytes = sum(array_bytes(a) for a in out_avals)
+            totals.bytes += (3 * multiplies - 2) * out_bytes
+        elif name in _EXPANDED:
+            # Lowered to several operations (`logistic` to `1 / (1 + exp(-x))`;
+            # jax >= 0.11's `one_minus_square`, tanh's derivative): their flops
+            # per element and arrays accessed beyond an operand and a result.
+            flops, arrays = _EXPANDED[name]
+            totals.flops += flops * out_size
+            totals.bytes += arrays * sum(array_bytes(a) for a in out_avals)
+        else:
+            totals.flops += float(out_size)
+            # A scalar operand of an array operation is broadcast first: one array
+            # more written and read.
+            if out_size > 1:
+                scalars = sum(1 for a in in_avals if not a.shape)
+                totals.bytes += scalars * sum(array_bytes(a) for a in out_avals)
+
+
+def _counted_as_xla(jaxpr: Any) -> bool:
+    """Whether `_walk`'s count of `jaxpr` is XLA's (see `_COUNTED_AS_XLA`): every
+    equation, in nested calls too, of a primitive counted so (on complex values,
+    one of `_COUNTED_ON_COMPLEX`)."""
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name not in _COUNTED_AS_XLA:
+            return False
+        avals = [v.aval for v in (*eqn.invars, *eqn.outvars)]
+        if not all(hasattr(a, "dtype") for a in avals):
+            return False
+        complex_ = any(jnp.issubdtype(a.dtype, jnp.complexfloating) for a in avals)
+        if complex_ and name not in _COUNTED_ON_COMPLEX:
+            return False
+        if not all(_counted_as_xla(sub) for sub in _sub_jaxprs(eqn)):
+            return False
+    return True
+
+
+def _folds_constants(jaxpr: Any, constant: set) -> bool:
+    """Whether an equation of `jaxpr` (in nested calls too) computes from constants
+    alone: from the variables in `constant` (the arrays it closes over), with
+    literals or not. XLA folds such a computation (or does not count it), where
+    `_walk` would count it at every `mv`."""
+    for eqn in jaxpr.eqns:
+        known = [isinstance(v, jex.Literal) or v in constant for v in eqn.invars]
+        # (An equation of literals alone makes a scalar: not worth a lowering.)
+        if all(known) and any(v in constant for v in eqn.invars):
+            return True
+        if eqn.primitive.name in _CALLS:
+            for sub in _sub_jaxprs(eqn):
+                inner = {s for s, v in zip(sub.invars, eqn.invars) if v in constant}
+                if _folds_constants(sub, inner | set(sub.constvars)):
+                    return True
+    return False
+
+
+def jaxpr_cost(closed: Any) -> MvCost:
+    """Flops, bytes accessed, operation counts, workspace and constant bytes of a
+    closed jaxpr, from its equations alone (dot products counted exactly, other
+    operations by their output sizes); nothing is traced or lowered.
+
+    **Arguments:**
+
+    - `closed`: a `jax.extend.core.ClosedJaxpr`.
+
+    **Returns:**
+
+    A `lineax_dispatch.policies.MvCost` with `source` `"jaxpr"`.
+    """
+    totals = _Totals()
+    _walk(closed.jaxpr, totals)
+    constant_bytes = sum(array_bytes(c) for c in closed.consts if hasattr(c, "shape"))
+    return MvCost(
+        flops=totals.flops,
+        bytes=totals.bytes,
+        dots=totals.dots,
+        ops=totals.ops,
+        constant_bytes=int(constant_bytes),
+        workspace=totals.workspace,
+        source="jaxpr",
+        effects=bool(closed.effects),
+        batchable=batchable(closed.jaxpr),
+    )
+
+
+def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
+    """The cost of a dense matrix-vector product, for an operator whose `mv` cannot
+    be traced alone."""
+    in_size, out_size = operator.in_size(), operator.out_size()
+    size = itemsize(operator)
+    return MvCost(
+        flops=2.0 * in_size * out_size,
+        bytes=float(matrix_bytes(out_size, in_size, size)),
+        dots=1,
+        ops=1,
+        constant_bytes=0,
+        workspace=2 * vector_bytes(in_size + out_size, size),
+        source="estimate",
+    )
+
+
+def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
+    """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
+    cached per operator kind in the current context.
+
+    Flops and bytes come from the jaxpr (its live equations, as JAX lowers them),
+    counted as XLA's cost analysis counts them, where every primitive in it is one
+    whose count is known (dot products, elementwise arithmetic, transcendentals,
+    data movement, reductions, nested calls of these) and nothing in it is
+    computed from the arrays it closes over alone (which XLA folds): a stencil, a
+    small network, a JVP or VJP of one, a closed-over matrix applied as it is.
+    Otherwise from XLA's `cost_analysis()` of the lowered (not compiled) function
+    where the backend gives it and the function's constants are small, else from
+    the jaxpr (other operations by their output sizes). Dot and operation counts always come from
+    the jaxpr.
+
+    **Arguments:**
+
+    - `operator`: the operator.
+    - `key`: its key for the cost cache (computed when `None`).
+
+    **Returns:**
+
+    A `lineax_dispatch.policies.MvCost`: `flops`, `bytes`, `dots`, `ops`,
+    `constant_bytes`, `workspace` (bytes of every intermediate of one `mv`: what
+    each vector of a batch needs) and `source`.
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure)
+        cost = lxd.policies.mv_cost(op)
+        print(cost.flops, cost.source)
+        ```
+    """
+    key = operator_key(operator) if key is None else key
+    cache = cost_cache()
+    if key in cache:
+        return cache[key]
+    # Traced through the marked call that applies it inline: a later call in the
+    # same trace reuses this trace of the user's function. One trace gives the
+    # jaxpr and the lowering.
+    dynamic, static = mv_parts(operator)
+    dynamic = jtu.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        dynamic,
+        is_leaf=is_leaf_array,
+    )
+    try:
+        traced = inline_mv.trace(
+            (static, current_scope()), dynamic, operator.in_structure()
+        )
+        closed = traced.jaxpr
+    except Exception:  # an operator whose mv cannot be traced alone
+        cost = _estimate(operator)
+        cache[key] = cost
+        return cost
+    live = live_equations(closed.jaxpr)
+    cost = jaxpr_cost(closed.replace(jaxpr=live))
+    exact = _counted_as_xla(live) and not _folds_constants(live, live.constvars)
+    if not exact and cost.constant_bytes <= _LOWER_CONSTANTS_LIMIT:
+        try:
+            analysis = traced.lower().cost_analysis() or {}
+            if isinstance(analysis, list):  # older jax: one dict per computation
+                analysis = analysis[0] if analysis else {}
+        except Exception:  # a backend without cost analysis
+            analysis = {}
+        if "flops" in analysis:
+            cost = dataclasses.replace(
+                cost,
+                flops=float(analysis["flops"]),
+                bytes=float(analysis.get("bytes accessed", cost.bytes)),
+                source="cost_analysis",
+            )
+    cache[key] = cost
+    return cost
+
+
+# Per-context cache of cost analyses: operator key -> cost dict.
+_COSTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "lineax_dispatch_costs", default=None
+)
+
+
+def _context_dict(var: contextvars.ContextVar[dict | None]) -> dict:
+    value = var.get()
+    if value is None:
+        value = {}
+        var.set(value)
+    return value
+
+
+def cost_cache() -> dict:
+    return _context_dict(_COSTS)

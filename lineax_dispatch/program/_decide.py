@@ -1,0 +1,234 @@
+"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it."""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.tree_util as jtu
+
+from .._jaxpr import out_leaves
+from ..policies._lazy import Lazy
+from ..policies._materialise import Materialise
+from ..policies._outline import Outline
+from ..policies._roll import Roll
+from ..policies.calls._keys import is_leaf_array
+from ..policies.calls._marked import MARKED_NAME
+from ..policies.calls._session import AutoRecord, Session, SolveRecord
+from ..policies.calls._sites import equation_site
+from ..policies.decision._cost import jaxpr_cost
+from ..policies.decision._decide import cheapest, decide
+from ..policies.decision._observation import observe
+from ..policies.decision._records import Decision
+from .analyse._groups import AutoGroup, find_groups, Group, same_arrays, substantial
+from .analyse._roll_plan import plan_roll
+from .analyse._stack_plan import plan_stack
+
+
+def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
+    """The decisions of a trace: for each `Auto` operator kind's call sites, and
+    for its solves (decided in the solver's `init`)."""
+    out = {solve.key: solve.decision for solve in active.solves}
+    out.update((a.record.key, a.decision) for a in autos)
+    return out
+
+
+@dataclasses.dataclass
+class Action:
+    """What the rewrite does with a group's sites: `"roll"` its top-level sites (one
+    loop body, or one stacked call where they are independent), `"materialise"`
+    them (one matrix built before the first, a matrix product at each),
+    `"outline"` every site, at any depth (one out-of-line `mv`), or `"inline"` its
+    top-level sites (the callee's equations put in the program, as lineax's: no
+    call to lower and compile); with the build's chunk of columns and the number
+    of the call's inputs that are the operator's arrays (the rest are the vector's
+    leaves)."""
+
+    kind: str
+    batch_size: int | None = None
+    arrays: int = 0
+
+
+def _restrict(decision: Decision, allowed: set[str]) -> Decision:
+    """`decision`, or the cheapest of its estimates among `allowed` strategies if it
+    chose another (a strategy the rewrite cannot apply to these sites)."""
+    if decision.strategy in allowed:
+        return decision
+    best = cheapest(e for e in decision.estimates if e.strategy in allowed)
+    policy = Lazy() if best is None else best.policy
+    note = (
+        f"{decision.strategy} cannot be applied to these call sites here; "
+        f"{type(policy).__name__} is the cheapest that can."
+    )
+    return decision.with_reason(note, policy, memory_needed=0)
+
+
+def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> Decision:
+    """The decision for an `Auto` operator kind's call sites in a program.
+
+    **Arguments:**
+
+    - `record`: the operator kind's record of the trace.
+    - `group`: its call sites.
+    - `jaxpr`: the program's top level.
+    - `arrays`: how many of the callee's inputs are the operator's arrays
+        (`operator_arrays`).
+
+    **Returns:**
+
+    A [`lineax_dispatch.Decision`][].
+    """
+    operator = record.operator
+    top_only = not group.nested
+    policy = operator.policy
+    rollable = top_only and len(group.sites) >= 2
+    stackable = rollable and plan_stack(jaxpr, group.sites) is not None
+    if rollable and not stackable and plan_roll(jaxpr, group.sites) is None:
+        rollable = False  # a value between the calls a loop cannot carry
+    observation = observe(
+        operator,
+        memory_budget=policy.budget(),
+        call_sites=group.call_sites,
+        executions=group.executions,
+        runs=policy.runs,
+        rollable=rollable,
+        stackable=stackable,
+        cost=jaxpr_cost(group.callee),
+        out_structure=out_leaves(group.callee),
+    )
+    decision = decide(observation, policy.model())
+    allowed = {"Lazy"}
+    if rollable:
+        allowed.add("Roll")
+    if top_only and same_arrays(jaxpr, group, arrays):
+        allowed.add("Materialise")
+    if not rollable and group.call_sites >= 2:
+        # Where rolling cannot reach (sites in loop bodies, branches, other
+        # calls, or between which a loop cannot carry a value): one out-of-line
+        # `mv` for all of them.
+        allowed.add("Outline")
+    return _restrict(decision, allowed)
+
+
+def operator_arrays(record: AutoRecord, group: Group) -> int:
+    """How many of the inputs of `group`'s callee are the operator's arrays (the
+    first ones; the others are the leaves of the vector)."""
+    vector_leaves = len(jtu.tree_leaves(record.operator.in_structure()))
+    return len(group.callee.jaxpr.invars) - vector_leaves
+
+
+def plan_program(
+    closed: Any, active: Session
+) -> tuple[dict[str, Action], list[AutoGroup]]:
+    """Reads a traced program: the action for each group of repeated calls (by
+    equation name and callee), and the decision for each `Auto` operator kind.
+
+    **Arguments:**
+
+    - `closed`: the traced program, a `ClosedJaxpr`.
+    - `active`: the session it was traced in.
+
+    **Returns:**
+
+    `(actions, auto_groups)`: actions keyed by `(name, id(callee))`.
+    """
+    jaxpr = closed.jaxpr
+    records = active.by_name()
+    actions: dict[Any, Action] = {}
+    autos: list[AutoGroup] = []
+    for key, group in find_groups(jaxpr).items():
+        record = records.get(group.name)
+        # A call of the operator's name under a transformation (its JVP, primal
+        # with residuals, transpose): not its `mv`, but a repeated computation
+        # like any other.
+        transformed = record is not None and not record.applies(group.callee)
+        if transformed:
+            record = None
+        if record is not None:
+            arrays = operator_arrays(record, group)
+            decision = decide_group(record, group, jaxpr, arrays)
+            sites = tuple(equation_site(e) for e in group.equations(jaxpr))
+            autos.append(AutoGroup(record, group, decision, sites))
+            policy = decision.policy
+            if isinstance(policy, Roll):
+                actions[key] = Action("roll")
+            elif isinstance(policy, Materialise):
+                actions[key] = Action("materialise", policy.batch_size, arrays)
+            elif isinstance(policy, Outline):
+                actions[key] = Action("outline", arrays=arrays)
+            elif group.sites:
+                actions[key] = Action("inline")
+        elif len(group.sites) < 2:
+            continue
+        elif group.name == MARKED_NAME:
+            actions[key] = Action("roll")  # a `Roll` operator's sites
+        elif (transformed or not group.name.startswith(MARKED_NAME)) and substantial(
+            group.callee
+        ):
+            # A repeated function of the user's, or a transformed `mv` of an
+            # `Auto` operator. (Other marked calls are applied inline: `Lazy`
+            # operators', or another `lxd.jit`'s.)
+            actions[key] = Action("roll")
+    return actions, autos
+
+
+def _operator_arrays(operator: Any) -> list[jax.ShapeDtypeStruct]:
+    return [
+        x
+        for x in jtu.tree_leaves(operator, is_leaf=is_leaf_array)
+        if isinstance(x, jax.ShapeDtypeStruct)
+    ]
+
+
+def _repeats(jaxpr: Any, groups: list[Group], record: SolveRecord) -> int:
+    """How many top-level calls of one computation (one of `groups`, the program's),
+    all with this solve's operator arrays, were made from the line of `record`'s
+    solve (1 if none is repeated)."""
+    arrays = _operator_arrays(record.operator)
+    for group in groups:
+        if len(group.sites) < 2 or group.nested:
+            continue
+        if equation_site(jaxpr.eqns[group.sites[0]]) != record.site:
+            continue
+        invars = group.callee.jaxpr.invars
+        if len(invars) < len(arrays) or any(
+            v.aval.shape != a.shape or v.aval.dtype != a.dtype
+            for v, a in zip(invars, arrays)
+        ):
+            continue
+        if same_arrays(jaxpr, group, len(arrays)):
+            return len(group.sites)
+    return 1
+
+
+def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
+    """The solves of a traced program that should be decided again as k solves
+    sharing one build: `(user site, operator key) -> k`, for those whose decision
+    then changes to `Materialise`.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `active`: the session it was traced in (its solves' records).
+
+    **Returns:**
+
+    A dict, empty when no solve's decision changes.
+    """
+    hints: dict[tuple, int] = {}
+    groups = list(find_groups(jaxpr).values()) if active.solves else []
+    for record in active.solves:
+        if isinstance(record.decision.policy, Materialise):
+            continue
+        k = _repeats(jaxpr, groups, record)
+        if k < 2:
+            continue
+        policy = record.operator.policy
+        shared = policy.decision(
+            record.operator,
+            executions=record.executions * k,
+            solves=1,
+            key=record.key,
+        )
+        if isinstance(shared.policy, Materialise):
+            hints[(record.site, record.key)] = k
+    return hints

@@ -1,0 +1,254 @@
+"""`lxd.explain`: what Auto decides, and why, as a table."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import lineax as lx
+
+from .._jaxpr import out_leaves
+from ..policies._auto import Auto
+from ..policies._memory import format_bytes
+from ..policies.calls._session import SolverChoice
+from ..policies.calls._sites import site_text
+from ..policies.decision._cost import jaxpr_cost
+from ..policies.decision._observation import observe
+from ..policies.decision._records import Decision
+from ._jit import _CompileAware
+from .analyse._solves import solve_sites
+
+
+class ExplainRow(eqx.Module):
+    """One operator's line in an [`lineax_dispatch.ExplainReport`][]."""
+
+    operator: str
+    size: str
+    dtype: str
+    call_sites: int
+    sites: tuple[str, ...]
+    executions: float
+    mv_flops: float
+    memory_needed: int
+    memory_budget: int
+    decision: Decision
+
+
+class ExplainReport(eqx.Module):
+    """The decisions for every `Auto` operator of a program, as returned by
+    [`lineax_dispatch.explain`][]. `str(report)` is a table; `report.rows` holds the
+    details (each row's `decision.reasons` gives every estimate).
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
+        report = lxd.explain(op)
+        print(report)  # the table
+        row = report.rows[0]
+        print(row.operator, row.call_sites, row.decision.strategy)
+        ```
+    """
+
+    rows: tuple[ExplainRow, ...]
+    solves: tuple[SolverChoice, ...] = ()
+    cost_models: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        headers = (
+            "operator",
+            "size",
+            "dtype",
+            "call sites",
+            "mv flops",
+            "memory needed / budget",
+            "decision",
+            "reason",
+        )
+        table: list[tuple[str, ...]] = [headers]
+        for row in self.rows:
+            table.append(
+                (
+                    row.operator,
+                    row.size,
+                    row.dtype,
+                    str(row.call_sites),
+                    f"{row.mv_flops:.3g}",
+                    f"{format_bytes(row.memory_needed)} / "
+                    f"{format_bytes(row.memory_budget)}",
+                    row.decision.strategy,
+                    row.decision.reasons[-1],
+                )
+            )
+        widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+            for line in table
+        ]
+        lines.insert(1, "  ".join("-" * width for width in widths))
+        for row in self.rows:
+            if row.sites:
+                counts: dict[str, int] = {}
+                for site in row.sites:
+                    counts[site] = counts.get(site, 0) + 1
+                where = "; ".join(
+                    site if n == 1 else f"{site} x{n}" for site, n in counts.items()
+                )
+                lines.append(f"{row.operator} traced at: {where}")
+        if not self.rows:
+            lines.append("(no operator with an Auto policy had its mv applied)")
+        if self.solves:
+            lines.append("linear solves (lxd.AutoSolver):")
+        for choice in self.solves:
+            lines.append(
+                f"  {choice.operator} {choice.size} -> {choice.solver}: "
+                + " ".join(choice.reasons)
+            )
+        sources = dict.fromkeys(self.cost_models)
+        sources.update(dict.fromkeys(c.cost_model for c in self.solves if c.cost_model))
+        for source in sources:
+            lines.append(f"cost model: {source}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+ExplainReport.__init__.__doc__ = """**Arguments:**
+
+- `rows`: one row per operator kind, each with the attributes `operator` (the class
+    name), `size` (`"out x in"`), `dtype`, `call_sites`, `sites` (where each call
+    site was traced, as `file:line (source)`), `executions` (expected runs of `mv`
+    per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
+    and `decision` (a [`lineax_dispatch.Decision`][]).
+- `solves`: the choices of every `lxd.AutoSolver` in the program, each a
+    `lineax_dispatch.policies.SolverChoice` (`operator`, `size`, `solver`, `reasons`,
+    `cost_model`).
+- `cost_models`: where the constants of the rows' decisions came from, one entry
+    per distinct cost model (its `source`: this machine's calibration, the fitted
+    defaults, or a user's).
+"""
+
+
+def _row(
+    operator,
+    decision: Decision,
+    call_sites,
+    executions,
+    sites,
+    cost=None,
+    out_structure=None,
+    key=None,
+) -> ExplainRow:
+    policy = operator.policy
+    # A solve's operator is kept with shapes for arrays: its cost is the one its
+    # decision read, cached under its kind's key.
+    observation = observe(
+        operator,
+        memory_budget=policy.budget(),
+        call_sites=call_sites,
+        executions=executions,
+        key=key,
+        cost=cost,
+        out_structure=out_structure,
+    )
+    return ExplainRow(
+        operator=type(operator).__name__,
+        size=f"{observation.out_size}x{observation.in_size}",
+        dtype=observation.dtype,
+        call_sites=call_sites,
+        sites=tuple(sites),
+        executions=executions,
+        mv_flops=observation.mv_flops,
+        memory_needed=decision.memory_needed or observation.matrix_bytes,
+        memory_budget=observation.memory_budget,
+        decision=decision,
+    )
+
+
+def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwargs):
+    """Reports what `Auto` decides for each operator of a program, or for one
+    operator.
+
+    **Arguments:**
+
+    - `fun_or_operator`: a function (or an `lxd.jit`-compiled one), then `*args`
+        and `**kwargs` to trace it with; or an operator of lineax-dispatch with an
+        `Auto` policy, for its decision at one call site.
+
+    **Returns:**
+
+    An [`lineax_dispatch.ExplainReport`][]; `print` it for a table of operator,
+    size, dtype, call sites, mv flops, memory needed vs budget, decision and
+    reason.
+
+    !!! Example
+
+        ```python
+        structure = jax.ShapeDtypeStruct((64,), jnp.float32)
+        op = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
+        x = jnp.ones(64, jnp.float32)
+        print(lxd.explain(lambda x: op.mv(op.mv(x)) + op.mv(x), x))
+        print(lxd.explain(op))  # at one call site
+        ```
+    """
+    if isinstance(fun_or_operator, lx.AbstractLinearOperator):
+        if args or kwargs:
+            raise TypeError(
+                "`lxd.explain(operator)` takes no further arguments; got "
+                f"{len(args)} positional and {sorted(kwargs)} keyword. For a batch, "
+                "use `operator.policy.decision(operator, batch=...)`."
+            )
+        operator = fun_or_operator
+        policy: Any = getattr(operator, "policy", None)
+        if not isinstance(policy, Auto):
+            raise TypeError(
+                "`lxd.explain(operator)` needs an operator of lineax-dispatch with an "
+                f"`Auto` policy; got {type(operator).__name__} with policy "
+                f"{policy!r}."
+            )
+        decision = policy.decision(operator)
+        return ExplainReport(
+            (_row(operator, decision, 1, 1.0, ()),),
+            cost_models=(policy.model().source,),
+        )
+    if not callable(fun_or_operator):
+        raise TypeError(
+            "`lxd.explain` takes a function (and its arguments) or an operator; got "
+            f"{type(fun_or_operator).__name__}."
+        )
+    fun = fun_or_operator
+    compiled = fun if isinstance(fun, _CompileAware) else _CompileAware(fun, {})
+    stages, active, _, autos = compiled.analyse(compiled._split(args, kwargs))
+    program = stages[-1].jaxpr.jaxpr
+    rows: list[ExplainRow] = [
+        _row(
+            a.record.operator,
+            a.decision,
+            a.group.call_sites,
+            a.group.executions,
+            [site_text(site) for site in a.sites],
+            jaxpr_cost(a.group.callee),
+            out_leaves(a.group.callee),
+        )
+        for a in autos
+    ]
+    for solve in active.solves:
+        # k solves of one operator kind share one decision (and one record).
+        sites = solve_sites(program, solve) or [solve.site]
+        rows.append(
+            _row(
+                solve.operator,
+                solve.decision,
+                len(sites),
+                solve.executions * len(sites),
+                [site_text(site) for site in sites],
+                key=solve.key,
+            )
+        )
+    policies = [a.record.operator.policy for a in autos]
+    policies += [solve.operator.policy for solve in active.solves]
+    sources = tuple(
+        dict.fromkeys(p.model().source for p in policies if isinstance(p, Auto))
+    )
+    return ExplainReport(tuple(rows), tuple(active.solver_choices), sources)

@@ -1,0 +1,193 @@
+"""What `lxd.jit` reads from a traced program: the call sites of each repeated
+computation (an `Auto` operator kind's `mv`, a `Roll` operator's, a `jax.jit`
+function of the user's), how often each runs, and what to do with each group."""
+
+import dataclasses
+from typing import Any
+
+import jax.extend.core as jex
+
+from ..._compat import call_callee, call_name, scan_length
+from ...policies.calls._marked import AUTO_NAME, is_marked
+from ...policies.calls._session import AutoRecord, Session
+from ...policies.decision._records import Decision
+from ._roll_plan import call_group
+
+
+# Expected trips of a `while` loop (a solver's, a fixed point's) whose count the
+# program does not say.
+NESTED_EXECUTIONS = 10.0
+
+
+# A repeated `jax.jit` function of the user's is rolled when its body is at least
+# this many equations (or holds a dot product): smaller ones compile in less time
+# than a loop saves.
+MIN_CALLEE_EQUATIONS = 32
+
+
+@dataclasses.dataclass
+class Group:
+    """The call sites of one computation (one callee) in a traced program.
+
+    **Fields:**
+
+    - `name`: the call's equation name (a marked call's, or the user's function's).
+    - `callee`: the computation, a `ClosedJaxpr`.
+    - `sites`: indices of its calls at the top level of the program.
+    - `nested`: `(equation, executions per run)` of its calls inside loop bodies,
+        branches and other calls.
+    """
+
+    name: str
+    callee: Any
+    sites: list[int] = dataclasses.field(default_factory=list)
+    nested: list[tuple[Any, float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def call_sites(self) -> int:
+        return len(self.sites) + len(self.nested)
+
+    @property
+    def executions(self) -> float:
+        return len(self.sites) + sum(n for _, n in self.nested)
+
+    def equations(self, jaxpr: Any) -> list[Any]:
+        return [jaxpr.eqns[i] for i in self.sites] + [e for e, _ in self.nested]
+
+
+@dataclasses.dataclass
+class AutoGroup:
+    """An `Auto` operator kind's group with its decision, for `lxd.jit` and
+    `lxd.explain`."""
+
+    record: AutoRecord
+    group: Group
+    decision: Decision
+    sites: tuple[tuple[str, int], ...]
+
+
+def _factor(eqn: Any) -> float:
+    """How many times a sub-program of `eqn` runs per run of `eqn`."""
+    name = eqn.primitive.name
+    if name == "scan":
+        return float(scan_length(eqn))
+    if name == "while":
+        return NESTED_EXECUTIONS
+    return 1.0
+
+
+def foreign_marked_calls(jaxpr: Any, active: Session) -> bool:
+    """Whether `jaxpr` (at any depth) calls an `Auto` operator's marked call that
+    `active` did not make and no `lxd.jit` program called in its trace holds: a
+    nested trace (a jit of the user's, a loop body) that a jit cache kept from an
+    earlier program, whose call sites this program cannot decide.
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`, the program's top level.
+    - `active`: the trace's session.
+
+    **Returns:**
+
+    A bool.
+    """
+    known = set(active.by_name()) | active.embedded
+    seen: set[int] = set()
+
+    def walk(sub: Any) -> bool:
+        if id(sub) in seen:
+            return False
+        seen.add(id(sub))
+        for eqn in sub.eqns:
+            name = call_name(eqn) if eqn.primitive.name == "jit" else None
+            if name is not None and name.startswith(AUTO_NAME) and name not in known:
+                return True
+            if any(walk(deeper) for deeper in jex.jaxprs_in_params(eqn.params)):
+                return True
+        return False
+
+    return walk(jaxpr)
+
+
+def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
+    """Every `jit` call in `jaxpr` and below it, grouped by callee: `(name,
+    id(callee)) -> Group`, in program order.
+
+    **Arguments:**
+
+    - `jaxpr`: a `jax.extend.core.Jaxpr`, the program's top level.
+
+    **Returns:**
+
+    A dict of `Group`s.
+    """
+    groups: dict[tuple[str, int], Group] = {}
+    # Per sub-program, the `jit` calls at any depth in it, with how many times each
+    # runs per run of it: a callee called at k sites is read once, not k times.
+    inside: dict[int, list[tuple[Any, float]]] = {}
+
+    def calls_in(sub: Any) -> list[tuple[Any, float]]:
+        found = inside.get(id(sub))
+        if found is None:
+            found = []
+            for eqn in sub.eqns:
+                if eqn.primitive.name == "jit":
+                    found.append((eqn, 1.0))
+                    if is_marked(eqn):
+                        continue  # an operator's `mv`: its body is not the program's
+                factor = _factor(eqn)
+                for deeper in jex.jaxprs_in_params(eqn.params):
+                    found += [(e, factor * n) for e, n in calls_in(deeper)]
+            inside[id(sub)] = found
+        return found
+
+    def group_of(eqn: Any) -> Group:
+        callee = call_callee(eqn)
+        key = (str(call_name(eqn)), id(callee))
+        if key not in groups:
+            groups[key] = Group(key[0], callee)
+        return groups[key]
+
+    for index, eqn in enumerate(jaxpr.eqns):
+        if eqn.primitive.name == "jit":
+            group_of(eqn).sites.append(index)
+            if is_marked(eqn):
+                continue
+        factor = _factor(eqn)
+        for sub in jex.jaxprs_in_params(eqn.params):
+            for nested, n in calls_in(sub):
+                group_of(nested).nested.append((nested, factor * n))
+    return groups
+
+
+# Primitives that count as substantial work wherever they appear: a dot product,
+# and lineax's linear solve (whose solver's loop is not a sub-jaxpr of it).
+_HEAVY = ("dot_general", "linear_solve")
+
+
+def _size(jaxpr: Any) -> tuple[int, bool]:
+    count, dots = 0, False
+    for eqn in jaxpr.eqns:
+        count += 1
+        dots = dots or eqn.primitive.name in _HEAVY
+        for sub in jex.jaxprs_in_params(eqn.params):
+            c, d = _size(sub)
+            count, dots = count + c, dots or d
+    return count, dots
+
+
+def substantial(callee: Any) -> bool:
+    """Whether a user's function is worth rolling: a dot product or a linear solve
+    (lineax's `linear_solve` is such a function), or at least
+    `MIN_CALLEE_EQUATIONS` equations."""
+    count, dots = _size(callee.jaxpr)
+    return dots or count >= MIN_CALLEE_EQUATIONS
+
+
+def same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:
+    """Whether every top-level call of `group` applies the same operator arrays
+    (its first `arrays` inputs), so that one matrix serves them all."""
+    if len(group.sites) == 1:
+        return True
+    found = call_group(jaxpr, group.sites)
+    return found is not None and all(p >= arrays for p in found[2])

@@ -1,0 +1,122 @@
+"""The solve records a traced program carries in its operators' pinned policies."""
+
+import dataclasses
+from typing import Any
+
+import jax.extend.core as jex
+import jax.tree_util as jtu
+
+from ...policies._pinned import carried_record
+from ...policies.calls._session import Session, SolveRecord
+from ...policies.calls._sites import equation_site
+
+
+def _has_record(node: Any) -> bool:
+    return carried_record(getattr(node, "policy", None)) is not None
+
+
+def _records_of(eqn: Any) -> list[SolveRecord]:
+    """The solve records a `linear_solve` equation's operator carries."""
+    if eqn.primitive.name != "linear_solve" or "treedef" not in eqn.params:
+        return []
+    try:
+        args = jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])
+    except Exception:  # a node of the user's that checks its leaves
+        return []
+    records: dict[int, SolveRecord] = {}
+    for node in jtu.tree_leaves(args, is_leaf=_has_record):
+        record = carried_record(getattr(node, "policy", None))
+        if record is not None:
+            records[id(record)] = record
+    return list(records.values())
+
+
+def _carried(jaxpr: Any) -> list[tuple[SolveRecord, Any]]:
+    """Every `linear_solve` equation of a traced program (at any depth) whose
+    operator carries a solve record, as `(record, top-level equation it is
+    under)`, in program order; a sub-program called at k sites (the jit of
+    `lx.linear_solve`) counts k times, and is read once."""
+    inside: dict[int, list[SolveRecord]] = {}
+
+    def records_in(sub: Any) -> list[SolveRecord]:
+        found = inside.get(id(sub))
+        if found is None:
+            found = []
+            for eqn in sub.eqns:
+                found += _records_of(eqn)
+                for deeper in jex.jaxprs_in_params(eqn.params):
+                    found += records_in(deeper)
+            inside[id(sub)] = found
+        return found
+
+    out: list[tuple[SolveRecord, Any]] = []
+    for eqn in jaxpr.eqns:
+        found = list(_records_of(eqn))
+        for sub in jex.jaxprs_in_params(eqn.params):
+            found += records_in(sub)
+        out.extend((record, eqn) for record in found)
+    return out
+
+
+def carried_solves(jaxpr: Any) -> dict[int, SolveRecord]:
+    """The records of the solves decided for `Auto` operators in a traced program,
+    read from its `linear_solve` equations (the prepared operator is part of the
+    solver's state there, its pinned policy carrying the record), each once, in
+    program order. A solve whose trace a jit cache served (no solver `init` ran
+    for this program) is found here all the same; its line is then that of the
+    top-level equation it is under.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+
+    **Returns:**
+
+    A dict: the `id` of each record carried -> the record (a copy with the line
+    of the equation where that differs).
+    """
+    found: dict[int, SolveRecord] = {}
+    for record, outer in _carried(jaxpr):
+        if id(record) in found:
+            continue
+        site = equation_site(outer)
+        found[id(record)] = (
+            record if site == record.site else dataclasses.replace(record, site=site)
+        )
+    return found
+
+
+def solve_sites(jaxpr: Any, record: SolveRecord) -> list[tuple[str, int]]:
+    """The user's lines of every solve in a traced program that applies
+    `record`'s decision: k solves of one operator kind share one trace of the
+    solve (and one decision), so one record stands for all of them.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `record`: a solve record of the program (or a copy of one).
+
+    **Returns:**
+
+    A list of `(file, line)`, in program order.
+    """
+    return [
+        equation_site(outer)
+        for carried, outer in _carried(jaxpr)
+        if carried.decision is record.decision
+    ]
+
+
+def add_carried_solves(jaxpr: Any, active: Session) -> None:
+    """Adds to `active.solves` the records carried by `jaxpr`'s solves that its
+    trace did not make (their traces were reused from an earlier program).
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `active`: the session it was traced in.
+    """
+    made = {id(record) for record in active.solves}
+    for original, record in carried_solves(jaxpr).items():
+        if original not in made:
+            active.solves.append(record)

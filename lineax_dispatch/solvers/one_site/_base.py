@@ -1,0 +1,371 @@
+"""What every iterative solver of this package shares: tolerances, the stopping
+test and the mapping from how a loop ended to lineax's `RESULTS`."""
+
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+from jaxtyping import Array, Bool, PyTree, Scalar
+from lineax.internal import max_norm
+
+from ..._validate import as_int, as_real, check_tolerance
+from ...policies.calls._session import own_code
+from .._prepare import expected_iterations, resolve_for_solve
+from ._flat import Flattener, keep_conj, preconditioner_and_y0
+from ._system import flat_preconditioner, plain_system, System
+
+
+_State = TypeVar("_State")
+
+
+class _LoopEnd(Protocol):
+    """The fields of a loop state that `loop_end` reads (read-only, as the fields of
+    the solvers' `NamedTuple` states)."""
+
+    @property
+    def y(self) -> Array: ...
+    @property
+    def step(self) -> Array: ...
+
+
+class _Residuals(Protocol):
+    """The fields of a loop state that lineax's stopping test reads (read-only, as
+    the fields of the solvers' `NamedTuple` states)."""
+
+    @property
+    def y(self) -> Array: ...
+    @property
+    def r(self) -> Array: ...
+    @property
+    def diff(self) -> Array: ...
+    @property
+    def b_scale(self) -> Array: ...
+
+
+def check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
+    """Raises unless `operator` is square (equal input and output structures)."""
+    if operator.in_structure() != operator.out_structure():
+        raise ValueError(
+            f"`{name}` needs a square operator (equal input and output structures); "
+            f"got in_structure={operator.in_structure()} and "
+            f"out_structure={operator.out_structure()}."
+        )
+
+
+class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
+    """Abstract base class for the iterative solvers of lineax-dispatch.
+
+    Each concrete solver writes `operator.mv` at exactly one place in its traced
+    program (and the preconditioner's `mv` at most at one): the loop body has a
+    single application slot whose input is chosen by data on the loop's phase, so
+    the initial residual and any residual refresh go through the same slot as the
+    iteration itself. An expensive `mv` is therefore traced and compiled once.
+
+    Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
+    do (same names, order and defaults), call `self.prepare(operator)` in `init`
+    (which fixes an `Auto` operator's decision once per solve), and implement the
+    abstract `solve_system(system, precond, y0)`, whose loop applies the operator
+    only through `system.apply(x, residual)`. [`lineax_dispatch.Normal`][] relies
+    on this to hand them the normal equations with one site for `A` and one for
+    its transpose. The loops share lineax's stopping test (`not_converged`), the
+    mapping of their end to `RESULTS` (`loop_end`) and, where the right-hand side
+    is known only through the first residual, its derivation from that residual
+    (`System.scale_of_rhs`, `System.from_first_residual`).
+
+    !!! Example
+
+        ```python
+        solver = lxd.CG(rtol=1e-6, atol=1e-6)
+        assert isinstance(solver, lxd.AbstractOneSiteSolver)
+        assert isinstance(solver, lx.AbstractLinearSolver)
+        ```
+    """
+
+    # Whether `options["preconditioner"]` is accepted, and whether it must be
+    # tagged positive semidefinite.
+    takes_preconditioner: ClassVar[bool] = True
+    psd_preconditioner: ClassVar[bool] = False
+
+    rtol: eqx.AbstractVar[float]
+    atol: eqx.AbstractVar[float]
+    norm: eqx.AbstractVar[Callable[[PyTree], Scalar]]
+    max_steps: eqx.AbstractVar[int | None]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        for field in ("rtol", "atol"):
+            check_tolerance(getattr(self, field), f"{name}(..., {field}=...)")
+        if not callable(self.norm):
+            raise ValueError(
+                f"`{name}(..., norm=...)` must be a function of a PyTree returning a "
+                f"scalar (e.g. `lineax.internal.max_norm`); got {self.norm!r} of type "
+                f"{type(self.norm).__name__}."
+            )
+        steps = as_int(self.max_steps)
+        if self.max_steps is not None and (steps is None or steps < 0):
+            raise ValueError(
+                f"`{name}(..., max_steps=...)` must be a non-negative int or None, "
+                f"got {self.max_steps!r}."
+            )
+        if not self.has_scale and self.max_steps is None:
+            raise ValueError(
+                f"`{name}` needs `rtol`, `atol` or `max_steps` (or a combination): "
+                "got rtol=0, atol=0 and max_steps=None, which would never stop."
+            )
+
+    @property
+    def has_scale(self) -> bool:
+        return not (as_real(self.atol) == 0 and as_real(self.rtol) == 0)
+
+    @abc.abstractmethod
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs the solver on `system` from `y0`.
+
+        The loop applies the system's operator only through
+        `system.apply(x, residual)`. Where `system.rhs` is `None`, `y0` is zero and
+        the right-hand side is known through the first residual only (see
+        `System.scale_of_rhs`).
+
+        **Arguments:**
+
+        - `system`: the square system `N y = c`, on flat vectors.
+        - `precond`: the preconditioner as a function of flat vectors (the identity
+            where none was given).
+        - `y0`: the flat initial estimate.
+
+        **Returns:**
+
+        The flat solution (with the system's offset added), the result and the
+        stats.
+        """
+
+    def solve_square(
+        self,
+        operator: lx.AbstractLinearOperator,
+        vector: PyTree[Array],
+        options: dict[str, Any],
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
+        """Reads `options`, builds the square system `operator y = vector` and runs
+        `self.solve_system` on it. Returns the flat solution, the result, the stats
+        and the flattener of the solution. All of it is this package's own code
+        (`own_code`: the `jax.numpy` functions it calls reuse their traces from
+        earlier programs); the operator's and preconditioner's `mv`s are the user's
+        (`flat_mv` applies them under the program's own jit-cache context)."""
+        with own_code():
+            return self._solve_square(operator, vector, options)
+
+    def _solve_square(
+        self,
+        operator: lx.AbstractLinearOperator,
+        vector: PyTree[Array],
+        options: dict[str, Any],
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any], Flattener]:
+        name = type(self).__name__
+        preconditioner, y0 = preconditioner_and_y0(
+            operator,
+            vector,
+            options,
+            allow_preconditioner=self.takes_preconditioner,
+            solver_name=name,
+        )
+        if (
+            self.psd_preconditioner
+            and preconditioner is not None
+            and not lx.is_positive_semidefinite(preconditioner)
+        ):
+            raise ValueError(
+                f"`options['preconditioner']` of `{name}` must be tagged positive "
+                "semidefinite (`lx.positive_semidefinite_tag`)."
+            )
+        system, y0_flat = plain_system(operator, vector, y0)
+        precond = flat_preconditioner(preconditioner, system.flat)
+        y, result, stats = self.run_system(system, precond, y0_flat)
+        return y, result, stats, system.flat
+
+    def run_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs `self.solve_system(system, precond, y0)` as this package's own code:
+        its loop under JAX's default jit-cache context, the operator and
+        preconditioner applied under the program's (`own_code`). Callers (here
+        `solve_square`, and `Normal` for its inner solver) go through this rather
+        than calling `solve_system` directly.
+
+        **Arguments:** as for `solve_system`.
+
+        **Returns:**
+
+        What `solve_system` returns.
+        """
+        with own_code():
+            return self.solve_system(system, precond, y0)
+
+    def compute(
+        self, state: Any, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        """For square solvers whose state is the (linearised) operator."""
+        y, result, stats, flat = self.solve_square(state, vector, options)
+        return flat.unravel(y), result, stats
+
+    def transpose(self, state: Any, options: dict[str, Any]):
+        """For solvers whose state is the (linearised) operator: the transposed
+        operator and the transposed preconditioner."""
+        return state.transpose(), transpose_options(options)
+
+    def conj(self, state: Any, options: dict[str, Any]):
+        """For solvers whose state is the (linearised) operator: the conjugate
+        operator and the conjugate preconditioner."""
+        return keep_conj(state), conj_options(options)
+
+    def assume_full_rank(self):
+        return True
+
+    def prepare(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+        """Fixes an `Auto` operator's strategy for this solve (see
+        `resolve_for_solve`), counting the expected iterations as executions."""
+        executions = expected_iterations(self.max_steps, operator.in_size())
+        return resolve_for_solve(operator, executions)
+
+    def resolve_max_steps(self, size: int) -> int:
+        """lineax's default: ten times the number of unknowns."""
+        return 10 * size if self.max_steps is None else self.max_steps
+
+    def not_converged(self, system: System, state: _Residuals) -> Bool[Array, ""]:
+        """lineax's test: the residual `state.r` must be within `atol + rtol * |c|`
+        (`state.b_scale`) and the last update `state.diff` within
+        `atol + rtol * |y|`, both measured by `norm`."""
+        if not self.has_scale:
+            return jnp.array(True)
+        y_scale = self._y_scale(system, state)
+        with jax.numpy_dtype_promotion("standard"):
+            update = self.norm(system.flat.unravel(state.diff / y_scale))
+        return (self.residual_norm(system, state) > 1) | (update > 1)
+
+    def _y_scale(self, system: System, state: _Residuals) -> Array:
+        """`atol + rtol * |y|`, elementwise: the scale of the update's test."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.atol + self.rtol * jnp.abs(system.total(state.y))
+
+    def test_measure(self, system: System, state: _Residuals) -> Scalar:
+        """The larger of `not_converged`'s two measures: the residual `state.r` and
+        the last update `state.diff`, each measured by `norm` in units of its
+        tolerance (`state.b_scale`, and `atol + rtol * |y|`). The test passes at
+        or below 1; a NaN (a non-finite residual or iterate) fails it.
+
+        With the default `max_norm` both are one reduction over the elementwise
+        larger of the two (absolute values before the division by the real
+        scales: an infinite complex update stays infinite), where lineax reduces
+        each apart: XLA:CPU compiles every reduction in a loop into kernels of its
+        own.
+        """
+        flat = system.flat
+        y_scale = self._y_scale(system, state)
+        with jax.numpy_dtype_promotion("standard"):
+            if self.norm is max_norm and flat.size > 0:
+                residual = jnp.abs(state.r) / state.b_scale
+                return jnp.max(jnp.maximum(residual, jnp.abs(state.diff) / y_scale))
+            update = self.norm(flat.unravel(state.diff / y_scale))
+        return jnp.maximum(self.residual_norm(system, state), update)
+
+    def residual_norm(self, system: System, state: _Residuals) -> Scalar:
+        """The residual `state.r` measured by `norm` in units of its tolerance
+        `state.b_scale` (`atol + rtol * |c|`): the first half of `not_converged`'s
+        test, which it passes at or below 1."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.norm(system.flat.unravel(state.r / state.b_scale))
+
+    def b_scale(self, b: Array) -> Array:
+        """`atol + rtol * |b|`, elementwise: the scale of lineax's residual test."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.atol + self.rtol * jnp.abs(b)
+
+    def steps_result(self, hit: Bool[Array, ""]) -> lx.RESULTS:
+        """The result of a loop that ran out of steps short of convergence where
+        `hit`: lineax's convention is `singular` when `max_steps=None` (the default
+        bound of 10x the size was hit) and `max_steps_reached` when the user set
+        `max_steps`."""
+        if self.max_steps is None:
+            return lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
+        if self.has_scale:
+            return lx.RESULTS.where(
+                hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
+            )
+        return lx.RESULTS.successful
+
+    def loop_end(
+        self,
+        system: System,
+        state: _LoopEnd,
+        max_steps: int,
+        not_converged: Bool[Array, ""],
+        *,
+        finite_input: Bool[Array, ""],
+        codes: tuple[tuple[Bool[Array, ""], lx.RESULTS], ...] = (),
+        breakdown: Bool[Array, ""] | None = None,
+        finite_state: Bool[Array, ""] | None = None,
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """What `solve_system` returns once its loop has ended.
+
+        **Arguments:**
+
+        - `system`: the system solved.
+        - `state`: the loop's final state (its iterate `y` and step count `step`).
+        - `max_steps`: the bound on `state.step` the loop ran under.
+        - `not_converged`: the stopping test on the final state.
+        - `finite_input`: whether the right-hand side is finite (as far as the
+            solver checks it: see `finish_result`'s `finite_state`).
+        - `codes`: `(where, result)` pairs applied, in order, over the result of the
+            step count.
+        - `breakdown`, `finite_state`: as for `finish_result`.
+
+        **Returns:**
+
+        The flat solution (with the system's offset added), the result and the
+        stats (`num_steps`, `max_steps`).
+        """
+        result = self.steps_result((state.step >= max_steps) & not_converged)
+        for where, code in codes:
+            result = lx.RESULTS.where(where, code, result)
+        result = finish_result(result, finite_input, breakdown, finite_state)
+        stats = {"num_steps": state.step, "max_steps": self.max_steps}
+        return system.total(state.y), result, stats
+
+
+def transpose_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the transposed solve: the transposed preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": options["preconditioner"].transpose()}
+
+
+def conj_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the conjugate solve: the conjugate preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": keep_conj(options["preconditioner"])}
+
+
+def finish_result(
+    result: lx.RESULTS,
+    finite_input: Array,
+    breakdown: Array | None = None,
+    finite_state: Array | None = None,
+) -> lx.RESULTS:
+    """Applies, in increasing order of precedence, breakdown and non-finite input.
+
+    `finite_state` says whether the loop's final state (its iterate and the scalars
+    its stopping test read) is finite: an operator holding NaN or inf makes the
+    first residual non-finite, every comparison with it false, and the loop stop
+    at once with an untouched iterate, which must not pass for a solution.
+    """
+    if breakdown is not None:
+        result = lx.RESULTS.where(breakdown, lx.RESULTS.breakdown, result)
+    if finite_state is not None:
+        finite_input = finite_input & finite_state
+    return lx.RESULTS.where(finite_input, result, lx.RESULTS.nonfinite_input)

@@ -1,0 +1,288 @@
+"""Conjugate gradients with one `mv` call site."""
+
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple, TypeAlias
+
+import equinox.internal as eqxi
+import jax.lax as lax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+from jaxtyping import Array, Inexact, Int, PyTree, Scalar
+from lineax.internal import max_norm
+
+from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
+from ._flat import dot, keep_conj, keep_linearise, select
+from ._system import System
+
+
+_CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
+
+
+# The loop's `mode`: its next pass is an ordinary step (0), a residual pass (the
+# first and every refresh) or a check (a residual pass after a step whose updated
+# residual passed the test); or, negative, it stopped: because the last `p^T A p`
+# was negative (the operator is not definite: `breakdown`) or too small
+# (`singular`), because a residual pass after a failed check failed too without
+# having halved the true residual (`stagnation`), or because a residual pass
+# passed the test (converged). One value rather than flags and a code, the passes
+# to come positive so that `mode > _STEP` is the one comparison that says a pass
+# is a residual pass: XLA:CPU compiles each scalar the loop computes apart as a
+# kernel of its own, at 2-4 ms of compile each.
+_STEP, _RESIDUAL, _CHECK = np.int32(0), np.int32(1), np.int32(2)
+
+
+_CURVATURE_NEGATIVE, _CURVATURE_ZERO, _STAGNATED, _CONVERGED = (
+    np.int32(c) for c in range(-1, -5, -1)
+)
+
+
+# After a failed check, a residual pass that fails the test stops the solve unless
+# the true residual is at most this fraction of that at the failed pass before.
+_CHECK_PROGRESS = 0.5
+
+
+class _Loop(NamedTuple):
+    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, the
+    next input `v` of the `mv` slot (`y` before a residual pass, else `p`: chosen
+    at the end of the pass before, so that the slot reads one vector rather than a
+    select, which XLA:CPU fused into the operator's own kernels), last update
+    `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
+    why the loop stopped (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
+    `_STAGNATED`, `_CONVERGED`: a loop in `_STEP` has not passed the stopping
+    test); `checked` is the stopping test's measure (`test_measure`: the residual
+    or the update, in units of its tolerance) at the last failed residual pass
+    from the first failed check on (infinite before it); `b_scale` scales the
+    right-hand side for the stopping test. (Whether that is finite needs no flag:
+    `gamma` is non-finite from the first pass on where the residual is, and the
+    loop stops.)"""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    p: Inexact[Array, " n"]
+    v: Inexact[Array, " n"]
+    diff: Inexact[Array, " n"]
+    gamma: Inexact[Array, ""]
+    step: Int[Array, ""]
+    mode: Int[Array, ""]
+    checked: Array
+    b_scale: Array
+
+
+class CG(AbstractOneSiteSolver[_CGState]):
+    """Conjugate gradient solver for positive or negative (semi)definite operators,
+    with the operator's `mv` written once in the compiled program.
+
+    A drop-in for [`lineax.CG`][]: the same fields, defaults and `options`, the same
+    iterates, and `stats["num_steps"]` counting the same steps. lineax's CG writes
+    `mv` three times (initial residual, loop body, the periodic residual refresh);
+    this one has a single application slot in its loop, fed with the search
+    direction on an ordinary step and with the current iterate on a residual step
+    (the first step and every `stabilise_every`-th). Each refresh therefore costs
+    one extra pass through the loop rather than a second copy of `mv`. A step whose
+    updated residual passes the stopping test is followed by such a pass, and the
+    solve stops only if the true residual passes it too: a reported success is one
+    of the true residual, where lineax's test reads the updated one, which can
+    shrink below the dtype's precision. After a failed check CG goes on from the
+    true residual; from then on a residual pass (a check or a refresh) that fails
+    the test without having halved the true residual since the failed pass before
+    stops the solve with `stagnation` (the tolerance is below what the dtype can
+    reach on this system), where going on to `max_steps` gains nothing.
+
+    `options` (as passed to `lx.linear_solve(..., options=...)`):
+
+    - `preconditioner`: a positive definite linear operator, applied on the left
+        (the termination test uses the unpreconditioned residual).
+        Defaults to the identity.
+    - `y0`: the initial estimate of the solution. Defaults to zeros.
+
+    Results: `max_steps_reached` (or `singular` when `max_steps=None`, as lineax),
+    `stagnation` when the true residual misses the tolerance and stops shrinking,
+    `breakdown` when a direction of negative curvature shows the operator is not
+    definite, `singular` when the curvature vanishes, `nonfinite_input`.
+
+    !!! Example
+
+        ```python
+        matrix = jnp.array([[4.0, 1.0], [1.0, 3.0]])
+        op = lxd.MatrixLinearOperator(matrix, lx.positive_semidefinite_tag)
+        sol = lx.linear_solve(op, jnp.array([1.0, 2.0]), lxd.CG(rtol=1e-6, atol=1e-6))
+        ```
+    """
+
+    psd_preconditioner: ClassVar[bool] = True
+
+    rtol: float
+    atol: float
+    norm: Callable[[PyTree], Scalar] = max_norm
+    stabilise_every: int | None = 10
+    max_steps: int | None = None
+
+    def __check_init__(self):
+        if self.stabilise_every is not None and (
+            not isinstance(self.stabilise_every, int) or self.stabilise_every < 1
+        ):
+            raise ValueError(
+                "`CG(..., stabilise_every=...)` must be a positive int or None, got "
+                f"{self.stabilise_every!r}."
+            )
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
+        del options
+        check_square(operator, "CG")
+        is_nsd = lx.is_negative_semidefinite(operator)
+        if not (lx.is_positive_semidefinite(operator) | is_nsd):
+            raise ValueError(
+                "`CG` needs an operator tagged positive or negative semidefinite "
+                "(e.g. `lx.positive_semidefinite_tag`); got one with neither tag. "
+                "Use `MINRES` for symmetric indefinite operators."
+            )
+        if is_nsd:
+            operator = -operator
+        return keep_linearise(self.prepare(operator)), eqxi.Static(is_nsd)
+
+    def compute(
+        self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
+        operator, is_nsd = state
+        y, result, stats, flat = self.solve_square(operator, vector, options)
+        if is_nsd.value:
+            y = -y
+        return flat.unravel(y), result, stats
+
+    def solve_system(
+        self, system: System, precond: Callable[[Array], Array], y0: Array
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """Runs CG on `system` from `y0` (flat). Returns the flat solution (with the
+        system's offset added), the result and the stats."""
+        flat = system.flat
+        size = flat.size
+        max_steps = self.resolve_max_steps(size)
+        rcond = 2 * jnp.finfo(flat.dtype).eps * max(size, 1)
+        zero = jnp.zeros((), flat.dtype)
+        b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
+        init = _Loop(
+            y=y0,
+            r=jnp.zeros_like(y0),
+            p=jnp.zeros_like(y0),
+            v=y0,
+            diff=jnp.full_like(y0, jnp.inf),
+            gamma=zero,
+            step=jnp.array(0),
+            mode=jnp.asarray(_RESIDUAL),
+            checked=jnp.full((), jnp.inf, jnp.finfo(flat.dtype).dtype),
+            b_scale=b_scale,
+        )
+
+        def cond_fun(s: _Loop):
+            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
+            pending = s.mode > _STEP
+            return pending | ((s.mode == _STEP) & iterate)
+
+        def body_fun(s: _Loop):
+            pending = s.mode > _STEP
+            p, gamma = s.p, s.gamma
+            # The one application slot: the iterate on a residual step, else the
+            # search direction. `out` is then the residual; `product` is `A p` on
+            # an ordinary step (where it is read), the bare output of `mv`.
+            out, product = system.apply_split(s.v, pending)
+            curvature = dot(p, product)
+            threshold = 100 * rcond * jnp.abs(gamma)
+            ok = jnp.real(curvature) > threshold
+            step_taken = ~pending & ok
+            bad = ~pending & ~ok
+            negative = jnp.real(curvature) < -threshold
+            code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
+            alpha = gamma / select(ok, curvature, 1)
+            diff = select(step_taken, alpha * p, s.diff)
+            y = select(step_taken, s.y + diff, s.y)
+            r = system.updated_residual(
+                pending, out, product, s.r, select(step_taken, alpha, 0)
+            )
+            step = s.step + step_taken.astype(s.step.dtype)
+            if self.stabilise_every is None:
+                refresh = jnp.array(False)
+            else:
+                refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
+            # Only the first pass starts with `gamma == 0`: a later pass runs on a
+            # positive `gamma`, or refreshes the residual keeping such a one.
+            first = gamma == 0
+            b_scale, _ = system.from_first_residual(
+                first, out, self.b_scale, (s.b_scale, jnp.array(True))
+            )
+            z = precond(r)
+            gamma_new = dot(z, r)
+            beta = select(first, 0, gamma_new / select(first, 1, gamma))
+            new = s._replace(y=y, r=r, diff=diff, step=step, b_scale=b_scale)
+            measure = self.test_measure(system, new)
+            unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
+            # A step whose updated residual passes the test is checked: the next
+            # pass computes the true residual `b - A y` (the updated one drifts
+            # from it, and goes on shrinking below the dtype's precision), and the
+            # loop stops only if that passes too.
+            # From the first failed check on, every residual pass that fails the
+            # test (a check or a refresh) must have halved the true residual since
+            # the one before, or the loop stops (`stagnation`).
+            check = step_taken & ~unconverged
+            failed = unconverged & (
+                (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
+            )
+            stagnated = failed & ~(measure <= _CHECK_PROGRESS * s.checked)
+            next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
+            next_pass = select(pending & ~unconverged, _CONVERGED, next_pass)
+            mode = select(bad, code, select(stagnated, _STAGNATED, next_pass))
+            # (Read from `mode`, which the loop carries anyway, rather than from
+            # `refresh` and `bad`: one scalar kernel fewer.)
+            advance = mode == _STEP
+            p_new = select(advance, z + beta * p, p)
+            return new._replace(
+                p=p_new,
+                v=select(mode > _STEP, y, p_new),
+                gamma=select(advance, gamma_new, gamma),
+                mode=mode,
+                checked=select(failed, measure.astype(s.checked.dtype), s.checked),
+            )
+
+        s = lax.while_loop(cond_fun, body_fun, init)
+        # `gamma = <M r, r>` is that of the final residual, or of the updated one
+        # before a residual pass that passed the test (so finite where that is):
+        # every other pass that changes `r` but not `gamma` is followed by one
+        # that does. It is non-finite where
+        # the right-hand side or the operator is (a non-finite entry of `r` makes a
+        # term of the sum inf or NaN), so it stands for the check of both. (A
+        # non-finite iterate with a finite residual is left to `lx.linear_solve`'s
+        # own check of the solution.)
+        return self.loop_end(
+            system,
+            s,
+            max_steps,
+            s.mode != _CONVERGED,
+            finite_input=jnp.isfinite(s.gamma),
+            codes=(
+                (s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),
+                (s.mode == _STAGNATED, lx.RESULTS.stagnation),
+            ),
+            breakdown=s.mode == _CURVATURE_NEGATIVE,
+        )
+
+    def transpose(self, state: _CGState, options: dict[str, Any]):
+        operator, is_nsd = state
+        return (operator.transpose(), is_nsd), transpose_options(options)
+
+    def conj(self, state: _CGState, options: dict[str, Any]):
+        operator, is_nsd = state
+        return (keep_conj(operator), is_nsd), conj_options(options)
+
+
+CG.__init__.__doc__ = r"""**Arguments:**
+
+- `rtol`: relative tolerance for terminating the solve.
+- `atol`: absolute tolerance for terminating the solve.
+- `norm`: the norm in which the scaled residual and update are measured. Defaults to
+    the max norm.
+- `stabilise_every`: every this many steps the residual is recomputed as `b - A y`
+    (through the same `mv` slot) rather than updated, to correct rounding drift.
+    `None` never recomputes it. Defaults to 10.
+- `max_steps`: the maximum number of steps. Defaults to ten times the number of
+    unknowns, as lineax (then hitting it reports `singular`).
+"""

@@ -1,0 +1,207 @@
+"""Flat views of operators and vectors, so each solver is written on 1-D arrays.
+
+Every solver of this package works on the ravelled vector (one 1-D array in the
+promoted dtype of the leaves). The operator is wrapped as a function of flat
+vectors that calls `operator.mv` exactly once per call: wherever a solver calls
+it once in its loop body, the user's `mv` appears once in the traced program."""
+
+import math
+import warnings
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+import numpy as np
+from jaxtyping import Array, PyTree, Shaped
+
+from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
+from ...operators._sharding import explicit_sharding, replicated_like, stacked_like
+from ...operators._structure import structures_match
+from ...policies._memory import promoted_dtype, structure_size
+from ...policies.calls._session import user_code
+
+
+class Flattener(eqx.Module):
+    """Ravels a PyTree of a fixed structure to a 1-D array and back."""
+
+    structure: PyTree[jax.ShapeDtypeStruct] = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+
+    def __init__(self, structure: PyTree[jax.ShapeDtypeStruct], dtype: Any):
+        leaves, treedef = jtu.tree_flatten(structure)
+        self.structure = (tuple(leaves), treedef)
+        self.dtype = jnp.dtype(dtype)
+
+    @property
+    def size(self) -> int:
+        return structure_size(self.structure[0])
+
+    def zeros(self) -> Shaped[Array, " size"]:
+        """A flat vector of zeros, sharded as a ravelled vector of the structure
+        is where the structure's leaves hold an explicit sharding (a mesh with
+        Explicit axes: the sharding is part of the type every vector of a solver's
+        loop must keep)."""
+        leaves, treedef = self.structure
+        if not any(explicit_sharding(x) is not None for x in leaves):
+            return jnp.zeros(self.size, self.dtype)
+        flat = jax.eval_shape(self.ravel, jtu.tree_unflatten(treedef, leaves))
+        return jnp.zeros(self.size, self.dtype, out_sharding=flat.sharding)
+
+    def ravel(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
+        leaves = jtu.tree_leaves(tree)
+        if not leaves:
+            return jnp.zeros((0,), self.dtype)
+        return jnp.concatenate([jnp.ravel(x).astype(self.dtype) for x in leaves])
+
+    def unravel(self, flat: Shaped[Array, " size"]) -> PyTree[Array]:
+        leaves, treedef = self.structure
+        if len(leaves) == 1:
+            # One leaf: no split to trace (an equation and a `jnp.split` call at
+            # each of a solver's unravels, traced again at lowering).
+            pieces = [flat]
+        else:
+            sizes = np.cumsum([math.prod(x.shape) for x in leaves[:-1]]).tolist()
+            pieces = jnp.split(flat, sizes) if leaves else []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # complex -> real casts of a real leaf
+            out = [p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)]
+        return jtu.tree_unflatten(treedef, out)
+
+
+def result_dtype(*trees: PyTree[Any]) -> Any:
+    """The dtype in which a solver works: the promotion of every leaf's dtype."""
+    leaves = [x for t in trees for x in jtu.tree_leaves(t)]
+    dtype = promoted_dtype(*[x.dtype for x in leaves])
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = promoted_dtype(dtype, jnp.float32)
+    return dtype
+
+
+def keep_linearise(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+    """`linearise`, keeping an operator of ours ours and a lineax one lineax's."""
+    if isinstance(operator, AbstractDispatchOperator):
+        return linearise(operator)
+    return lx.linearise(operator)
+
+
+def keep_conj(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+    """`conj`, keeping an operator of ours ours and a lineax one lineax's.
+
+    lineax conjugates a matrix-free operator by wrapping its `mv` in a new function
+    and tracing it: the user's code, so traced in the trace's jit-cache context
+    (`user_code`), where the solver's own `mv` finds that trace again."""
+    with user_code():
+        if isinstance(operator, AbstractDispatchOperator):
+            return lxd_conj(operator)
+        return lx.conj(operator)
+
+
+def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flattener):
+    """`x -> ravel(operator.mv(unravel(x)))`: one `mv` per call."""
+
+    def mv(x: Shaped[Array, " n"]) -> Shaped[Array, " m"]:
+        with user_code():
+            out = operator.mv(source.unravel(x))
+        return dest.ravel(out)
+
+    return mv
+
+
+def dot(a: Shaped[Array, " n"], b: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    """`<a, b>` with `a` conjugated, as lineax's `tree_dot`: at the highest
+    precision (on an accelerator a default-precision `float32` dot may round its
+    inputs to fewer bits, which a Krylov solver's inner products cannot afford)."""
+    # Vectors sharded on an Explicit mesh axis: JAX asks where the sum goes.
+    return jnp.dot(
+        jnp.conj(a), b, precision=lax.Precision.HIGHEST, out_sharding=replicated_like(a)
+    )
+
+
+def stacked_zeros(count: int, like: Array) -> Array:
+    """Zeros of shape `(count, *like.shape)` and `like`'s dtype, each row sharded as
+    `like` is where its type holds an explicit sharding (a Krylov basis)."""
+    shape = (count,) + tuple(like.shape)
+    return jnp.zeros(shape, like.dtype, out_sharding=stacked_like(like))
+
+
+def project(basis: Array, w: Array) -> Array:
+    """`basis.conj() @ w`: the coefficients of `w` on the rows of `basis`,
+    replicated where `w` is sharded on an Explicit mesh axis."""
+    return jnp.matmul(basis.conj(), w, out_sharding=replicated_like(w))
+
+
+def select(pred: Array, on_true: Any, on_false: Any) -> Array:
+    """`jnp.where(pred, on_true, on_false)` for a scalar `pred` and operands of one
+    shape (a Python or NumPy number takes the dtype of the other operand, as a
+    NumPy constant: `jnp.asarray` would make an array of it at each use while
+    tracing), as `lax.select`: `jnp.where` is a jitted function, a call of its own
+    to trace and lower at each use, and a solver's loop body selects a dozen times
+    (traced twice: by the solve and by its lowering)."""
+    if not isinstance(on_true, jax.Array):
+        on_true = np.asarray(on_true, on_false.dtype)
+    if not isinstance(on_false, jax.Array):
+        on_false = np.asarray(on_false, on_true.dtype)
+    return lax.select(pred, on_true, on_false)
+
+
+def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
+
+
+def all_finite(tree: PyTree[Array]) -> Array:
+    leaves = jtu.tree_leaves(tree)
+    out = jnp.array(True)
+    for leaf in leaves:
+        out = out & jnp.all(jnp.isfinite(leaf))
+    return out
+
+
+def preconditioner_and_y0(
+    operator: lx.AbstractLinearOperator,
+    vector: PyTree[Array],
+    options: dict[str, Any],
+    *,
+    allow_preconditioner: bool = True,
+    solver_name: str,
+) -> tuple[lx.AbstractLinearOperator | None, PyTree[Array] | None]:
+    """Reads `options["preconditioner"]` and `options["y0"]`, checking them.
+
+    **Returns:**
+
+    `(preconditioner, y0)`, each `None` where not given.
+    """
+    preconditioner = options.get("preconditioner")
+    if preconditioner is not None:
+        if not allow_preconditioner:
+            raise ValueError(
+                f"`{solver_name}` does not accept `options['preconditioner']`."
+            )
+        if not isinstance(preconditioner, lx.AbstractLinearOperator):
+            raise ValueError(
+                f"`options['preconditioner']` of `{solver_name}` must be a lineax "
+                f"linear operator, got {type(preconditioner).__name__}."
+            )
+        structure = operator.in_structure()
+        for which in ("in_structure", "out_structure"):
+            got = getattr(preconditioner, which)()
+            if not structures_match(got, structure):
+                raise ValueError(
+                    f"`options['preconditioner']` of `{solver_name}`: its `{which}()` "
+                    f"must equal the operator's `in_structure()`: expected "
+                    f"{structure}, got {got}."
+                )
+        preconditioner = keep_linearise(preconditioner)
+    y0 = options.get("y0")
+    if y0 is not None:
+        expected = operator.in_structure()
+        got = jax.eval_shape(lambda: y0)
+        if not structures_match(got, expected):
+            raise ValueError(
+                f"`options['y0']` of `{solver_name}` must match the operator's "
+                f"`in_structure()`: expected {expected}, got {got}."
+            )
+    return preconditioner, y0

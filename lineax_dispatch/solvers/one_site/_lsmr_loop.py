@@ -1,0 +1,204 @@
+"""LSMR's loop state and its step after the bidiagonalisation (see `_lsmr.py`).
+
+Ported from lineax's LSMR, whose implementation is adapted from SciPy, under
+SciPy's BSD license: its copyright notice, conditions and disclaimer are in
+`SCIPY_LICENSE.txt` beside this file."""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax.lax as lax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Inexact, Int, Real
+
+
+class Loop(NamedTuple):
+    """LSMR's loop state, named as in lineax's (and scipy's). Latin letters are
+    vectors that may be complex: the iterate `x`, the bidiagonalisation's `u` and
+    `v`, the update directions `h` and `hbar`. Greek letters are real scalars: the
+    bidiagonalisation's `alpha` and `beta`, the rotations' and the estimates of
+    `||r||`, `||A^H r||`, `||A||` and `cond(A)`. `first` marks the first pass,
+    `istop` is the reason to stop (0 to go on); `normb` and `finite` describe the
+    right-hand side."""
+
+    first: Bool[Array, ""]
+    x: Inexact[Array, " n"]
+    u: Inexact[Array, " m"]
+    v: Inexact[Array, " n"]
+    h: Inexact[Array, " n"]
+    hbar: Inexact[Array, " n"]
+    itn: Int[Array, ""]
+    istop: Int[Array, ""]
+    alpha: Real[Array, ""]
+    beta: Real[Array, ""]
+    zetabar: Real[Array, ""]
+    alphabar: Real[Array, ""]
+    sbar: Real[Array, ""]
+    betadd: Real[Array, ""]
+    betad: Real[Array, ""]
+    tautildeold: Real[Array, ""]
+    thetatilde: Real[Array, ""]
+    zeta: Real[Array, ""]
+    delta: Real[Array, ""]
+    normA2: Real[Array, ""]
+    maxrbar: Real[Array, ""]
+    normr: Real[Array, ""]
+    normAr: Real[Array, ""]
+    rho: Real[Array, ""]
+    rhobar: Real[Array, ""]
+    cbar: Real[Array, ""]
+    rhodold: Real[Array, ""]
+    condA: Real[Array, ""]
+    minrbar: Real[Array, ""]
+    normb: Real[Array, ""]
+    finite: Bool[Array, ""]
+
+
+def lsmr_step(
+    st: Loop,
+    damp: Real[Array, ""],
+    norm_x: Callable[[Array], Array],
+    max_steps: int,
+    tolerances: tuple[float, float, float],
+) -> Loop:
+    """lineax's LSMR loop body after the bidiagonalisation: rotations, updates of
+    `h`, `hbar`, `x`, the estimates of `||r||`, `||A||`, `cond(A)`, and the stopping
+    rules.
+
+    **Arguments:**
+
+    - `st`: the loop state, its `u`, `v`, `alpha` and `beta` those of this step.
+    - `damp`: the damping factor (zero: lineax supports no other).
+    - `norm_x`: the norm of the solution for a value of `st.x`.
+    - `max_steps`: the bound on the number of steps.
+    - `tolerances`: the solver's `(atol, rtol, conlim)`.
+
+    **Returns:**
+
+    The state after the step.
+    """
+    atol, rtol, conlim = tolerances
+    itn = st.itn + 1
+    dtype = st.x.dtype
+    # Construct rotation Qhat_{k,2k+1}.
+    chat, shat, alphahat = givens(st.alphabar, damp)
+    # Use a plane rotation (Q_i) to turn B_i to R_i
+    rhoold = st.rho
+    c, s, rho = givens(alphahat, st.beta)
+    thetanew = s * st.alpha
+    alphabar = c * st.alpha
+    # Use a plane rotation (Qbar_i) to turn R_i^T to R_i^bar
+    rhobarold = st.rhobar
+    zetaold = st.zeta
+    thetabar = st.sbar * rho
+    rhotemp = st.cbar * rho
+    cbar, sbar, rhobar = givens(rhotemp, thetanew)
+    zeta = cbar * st.zetabar
+    zetabar = -sbar * st.zetabar
+    # Update h, h_hat, x.
+    scale = -(thetabar * rho / (rhoold * rhobarold))
+    hbar = st.hbar * scale.astype(dtype) + st.h
+    step = zeta / (rho * rhobar)
+    x = st.x + step.astype(dtype) * hbar
+    h = st.h * -(thetanew / rho).astype(dtype) + st.v
+    # Estimate of ||r||.
+    # Apply rotation Qhat_{k,2k+1}.
+    betaacute = chat * st.betadd
+    betacheck = -shat * st.betadd
+    # Apply rotation Q_{k,k+1}.
+    betahat = c * betaacute
+    betadd = -s * betaacute
+    # Apply rotation Qtilde_{k-1}.
+    # betad = betad_{k-1} here.
+    thetatildeold = st.thetatilde
+    ctildeold, stildeold, rhotildeold = givens(st.rhodold, thetabar)
+    thetatilde = stildeold * rhobar
+    rhodold = ctildeold * rhobar
+    betad = -stildeold * st.betad + ctildeold * betahat
+    # betad   = betad_k here.
+    # rhodold = rhod_k  here.
+    tautildeold = (zetaold - thetatildeold * st.tautildeold) / rhotildeold
+    taud = (zeta - thetatilde * tautildeold) / rhodold
+    delta = st.delta + betacheck**2
+    normr = jnp.sqrt(delta + (betad - taud) ** 2 + betadd**2)
+    # Estimate ||A||.
+    normA2 = st.normA2 + st.beta**2
+    normA = jnp.sqrt(normA2)
+    normA2 = normA2 + st.alpha**2
+    # Estimate cond(A).
+    maxrbar = jnp.maximum(st.maxrbar, rhobarold)
+    minrbar = jnp.where(itn > 1, jnp.minimum(st.minrbar, rhobarold), st.minrbar)
+    condA = jnp.maximum(maxrbar, rhotemp) / jnp.minimum(minrbar, rhotemp)
+    # Compute norms for convergence testing.
+    normAr = jnp.abs(zetabar)
+    well_posed_tol = atol + rtol * (normA * norm_x(x) + st.normb)
+    least_squares_tol = atol + rtol * (normA * normr)
+    # maxiter exceeded; cond(A) seems to be greater than conlim; x solves the
+    # least-squares problem, or A x = b, according to atol and rtol.
+    istop = jnp.where(itn >= max_steps, 4, st.istop)
+    istop = jnp.where(condA > conlim, 3, istop)
+    istop = jnp.where(normAr < least_squares_tol, 2, istop)
+    istop = jnp.where(normr < well_posed_tol, 1, istop)
+    return st._replace(
+        itn=itn,
+        x=x,
+        h=h,
+        hbar=hbar,
+        istop=istop,
+        zetabar=zetabar,
+        alphabar=alphabar,
+        sbar=sbar,
+        betadd=betadd,
+        betad=betad,
+        tautildeold=tautildeold,
+        thetatilde=thetatilde,
+        zeta=zeta,
+        delta=delta,
+        normA2=normA2,
+        maxrbar=maxrbar,
+        normr=normr,
+        normAr=normAr,
+        rho=rho,
+        rhobar=rhobar,
+        cbar=cbar,
+        rhodold=rhodold,
+        condA=condA,
+        minrbar=minrbar,
+    )
+
+
+def givens(a: Real[Array, ""], b: Real[Array, ""]):
+    """Stable Givens rotation, as lineax's (S.-C. Choi, "Iterative Methods for
+    Singular Linear Equations and Least-Squares Problems", 2006): finds real
+    `c, s, r` with `[[c, -s], [s, c]] @ [a, b] = [r, 0]`, `r = sqrt(a^2 + b^2)`.
+    Constants are made in the dtype of `a`, `b`, so float32 works under x64."""
+    assert not jnp.iscomplexobj(a)
+    assert not jnp.iscomplexobj(b)
+
+    def bzero(a, b):
+        return jnp.sign(a), jnp.zeros_like(a), jnp.abs(a)
+
+    def azero(a, b):
+        return jnp.zeros_like(b), jnp.sign(b), jnp.abs(b)
+
+    def b_gt_a(a, b):
+        tau = a / jnp.where(b == 0.0, 1.0, b)
+        s = jnp.sign(b) / jnp.sqrt(1.0 + tau**2)
+        c = s * tau
+        r = b / jnp.where(s == 0.0, 1.0, s)
+        return c, s, r
+
+    def a_ge_b(a, b):
+        tau = b / jnp.where(a == 0.0, 1.0, a)
+        c = jnp.sign(a) / jnp.sqrt(1.0 + tau**2)
+        s = c * tau
+        r = a / jnp.where(c == 0.0, 1.0, c)
+        return c, s, r
+
+    def either_zero(a, b):
+        return lax.cond(b == 0.0, bzero, azero, a, b)
+
+    def both_nonzero(a, b):
+        return lax.cond(jnp.abs(b) > jnp.abs(a), b_gt_a, a_ge_b, a, b)
+
+    return lax.cond((a == 0.0) | (b == 0.0), either_zero, both_nonzero, a, b)

@@ -1,0 +1,174 @@
+"""The package's layers and the direction of their imports, read from the modules'
+own import statements (at any depth: an import inside a function counts).
+
+Imports run one way, from the bottom up:
+
+1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`: JAX's internals per
+    version, argument checks, shardings, jaxpr helpers;
+2. `policies/_base.py`: the policy interface;
+3. `policies/calls/`: marked calls, keys, the trace's scope and session, source
+    sites;
+4. the policy classes (`policies/_*.py` but `_base` and `_auto`), with the memory guard;
+5. `policies/decision/`: the rule `Auto` decides by;
+6. `policies/_auto.py` and the `policies` package;
+7. `operators/`;
+8. `solvers/` (`solvers/one_site/` included);
+9. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments
+    and errors, `analyse/`, `_decide`, `rewrite/`, `_compiled`, `_trace`, `_jit`,
+    `_explain`;
+10. the package's `__init__`.
+
+A module may import its own layer or a lower one. An import upwards fails the
+suite, and `test_an_upward_import_is_found` shows that it would.
+"""
+
+import ast
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lineax_dispatch"
+
+# (layer, module name prefixes), bottom first. A module belongs to the layer of
+# its longest matching prefix.
+LAYERS = (
+    (
+        "base",
+        (
+            "lineax_dispatch._compat",
+            "lineax_dispatch._validate",
+            "lineax_dispatch._explicit_axes",
+            "lineax_dispatch._jaxpr",
+        ),
+    ),
+    ("policy interface", ("lineax_dispatch.policies._base",)),
+    ("policies.calls", ("lineax_dispatch.policies.calls",)),
+    ("policy classes", ("lineax_dispatch.policies._",)),
+    ("policies.decision", ("lineax_dispatch.policies.decision",)),
+    ("policies", ("lineax_dispatch.policies._auto", "lineax_dispatch.policies")),
+    ("operators", ("lineax_dispatch.operators",)),
+    ("solvers", ("lineax_dispatch.solvers",)),
+    (
+        "program: arguments, errors",
+        ("lineax_dispatch.program._arguments", "lineax_dispatch.program._errors"),
+    ),
+    ("program: analyse", ("lineax_dispatch.program.analyse",)),
+    ("program: decide", ("lineax_dispatch.program._decide",)),
+    ("program: rewrite", ("lineax_dispatch.program.rewrite",)),
+    ("program: compiled", ("lineax_dispatch.program._compiled",)),
+    ("program: trace", ("lineax_dispatch.program._trace",)),
+    ("program: jit", ("lineax_dispatch.program._jit",)),
+    ("program: explain", ("lineax_dispatch.program._explain",)),
+    ("program", ("lineax_dispatch.program",)),
+    ("package", ("lineax_dispatch",)),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in `LAYERS` of `module`'s layer (its longest matching prefix)."""
+    best, length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or module.startswith(
+                prefix if prefix.endswith("_") else prefix + "."
+            )
+            if matches and len(prefix) > length:
+                best, length = index, len(prefix)
+    assert best is not None, f"{module} is in no layer"
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules of this package that `path` imports (a `from . import x` of a
+    submodule counts as an import of that submodule)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if node.module or not node.level:
+                found.add(module)  # not `from . import x`: that imports x only
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                if _exists(candidate):
+                    found.add(candidate)
+    return {
+        m for m in found if m == "lineax_dispatch" or m.startswith("lineax_dispatch.")
+    }
+
+
+def _exists(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a higher layer, as `"importer (layer) -> imported
+    (layer)"`. A package's `__init__` may import its own modules."""
+    found = []
+    for importer, imported in sorted(graph.items()):
+        here = layer_of(importer)
+        for target in sorted(imported):
+            if target.startswith(importer + "."):
+                continue  # a package's own modules
+            there = layer_of(target)
+            if there > here:
+                found.append(
+                    f"{importer} ({LAYERS[here][0]}) -> {target} ({LAYERS[there][0]})"
+                )
+    return found
+
+
+def test_imports_run_one_way():
+    graph = import_graph()
+    assert len(graph) > 50  # the whole package was read
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_is_found():
+    """The check fails on an added upward import: the cost model importing
+    `lxd.jit`, a solver importing the program's rewrite, the marked calls
+    importing a policy class."""
+    added = {
+        "lineax_dispatch.policies.decision._cost": "lineax_dispatch.program._jit",
+        "lineax_dispatch.solvers._prepare": "lineax_dispatch.program.rewrite._roll",
+        "lineax_dispatch.policies.calls._marked": "lineax_dispatch.policies._lazy",
+        "lineax_dispatch.program.analyse._groups": "lineax_dispatch.program._decide",
+    }
+    for importer, target in added.items():
+        graph = import_graph()
+        assert importer in graph and target in graph
+        graph[importer] = graph[importer] | {target}
+        (found,) = upward_imports(graph)
+        assert found.startswith(importer) and target in found
+
+
+def test_every_module_is_in_a_layer_and_folders_stay_small():
+    """Each module has a layer; each package folder holds at most 12 modules
+    besides its `__init__`; no file of the package is over 400 lines."""
+    for path in PACKAGE.rglob("*.py"):
+        layer_of(module_name(path))
+        assert len(path.read_text().splitlines()) <= 400, path
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir())]:
+        if (folder / "__init__.py").exists():
+            modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+            assert len(modules) <= 12, folder
