@@ -22,9 +22,9 @@ import tempfile
 # no `xla_cpu_use_fusion_emitters`), so each flag is first tried in a subprocess,
 # once per run: the controller tries them and its xdist workers inherit the answer.
 # `Auto` and `AutoSolver` without a cost model of the user's calibrate the machine
-# at first use (`policies/_calibration.py`); the tests check decisions made with the
-# fitted defaults, the same on every machine (tests/test_calibration.py turns it
-# on where it checks it).
+# at first use (`policies/decision/_calibration.py`); the tests check decisions made
+# with the fitted defaults, the same on every machine
+# (tests/policies/test_calibration.py turns it on where it checks it).
 os.environ["LINEAX_DISPATCH_CALIBRATION"] = "off"
 
 _FLAGS = ("xla_backend_optimization_level=0", "xla_cpu_use_fusion_emitters=false")

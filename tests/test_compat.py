@@ -125,11 +125,12 @@ def test_traced_consts():
 
 
 def test_closure_converted_jaxprs_and_their_constants():
-    """Why lineax alone leaks tracers on jax >= 0.11 (see `tests/leaks.py`): there a
-    jaxpr is its own closed form and carries its constants' values, so the jaxpr
-    `equinox.filter_closure_convert` keeps in its static part holds the tracers it
-    closed over; on jax 0.10 the static jaxpr is open and holds none. Should either
-    change, the leak exemptions of `tests/leaks.py` are to be looked at again."""
+    """Why lineax alone leaks tracers on jax >= 0.11 (see `tests/helpers/leaks.py`):
+    there a jaxpr is its own closed form and carries its constants' values, so the
+    jaxpr `equinox.filter_closure_convert` keeps in its static part holds the
+    tracers it closed over; on jax 0.10 the static jaxpr is open and holds none.
+    Should either change, the leak exemptions of `tests/helpers/leaks.py` are to be
+    looked at again."""
     import equinox as eqx
 
     seen = []

@@ -11,8 +11,8 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .leaks import leak_checked
-from .zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
+from .helpers.leaks import leak_checked
+from .helpers.zoo import build, KINDS, POLICIES, SOLVE_POLICIES, tolerance, vector
 
 
 PREDICATES = [

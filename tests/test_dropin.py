@@ -10,7 +10,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .small_operators import (
+from .helpers.small_operators import (
     function_operator as _function_operator,
     matrix as _matrix,
     N,

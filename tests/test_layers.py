@@ -14,8 +14,9 @@ Imports run one way, from the bottom up:
 7. `operators/`;
 8. `solvers/` (`solvers/one_site/` included);
 9. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments
-    and errors, `analyse/`, `_decide`, `rewrite/`, `_compiled`, `_trace`, `_jit`,
-    `_explain`;
+    and errors, `analyse/`, `_decide`, `_trace` (which traces again where the
+    decide stage finds solves better decided together), `rewrite/`, `_compiled`,
+    `_jit`, `_explain`;
 10. the package's `__init__`.
 
 A module may import its own layer or a lower one. An import upwards fails the
@@ -54,9 +55,9 @@ LAYERS = (
     ),
     ("program: analyse", ("lineax_dispatch.program.analyse",)),
     ("program: decide", ("lineax_dispatch.program._decide",)),
+    ("program: trace", ("lineax_dispatch.program._trace",)),
     ("program: rewrite", ("lineax_dispatch.program.rewrite",)),
     ("program: compiled", ("lineax_dispatch.program._compiled",)),
-    ("program: trace", ("lineax_dispatch.program._trace",)),
     ("program: jit", ("lineax_dispatch.program._jit",)),
     ("program: explain", ("lineax_dispatch.program._explain",)),
     ("program", ("lineax_dispatch.program",)),

@@ -39,27 +39,44 @@ def _flat_spec(structure: PyTree[jax.ShapeDtypeStruct]):
     return flat, unravel
 
 
-def _images_of_basis(
-    operator: lx.AbstractLinearOperator,
-    count: int,
+def images_of_basis(
+    mv: Callable[[PyTree[Any]], PyTree[Any]],
+    in_structure: PyTree[jax.ShapeDtypeStruct],
+    count: int | None,
     batch_size: int | None,
     keep: Callable[[Array, Array], Array],
 ) -> Array:
-    """`keep(image, index)` for the first `count` basis vectors of `operator`'s
-    flattened input space, each `image` its lineax `mv` of the basis vector `index`
-    (flattened); `batch_size` vectors at a time (`None`: all at once)."""
-    flat_in, unravel_in = _flat_spec(operator.in_structure())
-    raw = RawMv(operator)
+    """`keep(image, index)` for the first `count` basis vectors of the flattened
+    input space of the linear function `mv`, each `image` its value at the basis
+    vector `index` (flattened); `batch_size` vectors at a time (`None`: all at
+    once). The one build of columns: an operator's (`build_dense_matrix`,
+    `build_diagonal`) and that of `lxd.jit`'s materialised program.
+
+    **Arguments:**
+
+    - `mv`: a linear function of a PyTree shaped as `in_structure`.
+    - `in_structure`: its input's structure (where an Explicit mesh axis types the
+        flattened input, the basis vectors are made in its sharding).
+    - `count`: how many basis vectors, the first ones, or `None` for all.
+    - `batch_size`: the basis vectors applied together, or `None`.
+    - `keep`: what to keep of each image.
+
+    **Returns:**
+
+    The kept values, stacked on a first axis (one entry per basis vector).
+    """
+    flat_in, unravel_in = _flat_spec(in_structure)
     size = flat_in.size
     # The sharding of the input where an Explicit mesh axis types it.
     sharding = explicit_sharding(flat_in)
+    count = size if count is None else count
 
     def apply(index):
         # The basis vector is made inside the chunk: no full identity in memory.
         basis_vector = (jnp.arange(size) == index).astype(flat_in.dtype)
         if sharding is not None:
             basis_vector = jax.sharding.reshard(basis_vector, sharding)
-        out, _ = jfu.ravel_pytree(raw(unravel_in(basis_vector)))
+        out, _ = jfu.ravel_pytree(mv(unravel_in(basis_vector)))
         return keep(out, index)
 
     indices = jnp.arange(count)
@@ -68,13 +85,23 @@ def _images_of_basis(
     return lax.map(apply, indices, batch_size=batch_size)
 
 
+def matrix_of(
+    mv: Callable[[PyTree[Any]], PyTree[Any]],
+    in_structure: PyTree[jax.ShapeDtypeStruct],
+    batch_size: int | None,
+) -> Inexact[Array, "out in"]:
+    """The matrix of the linear function `mv` of a PyTree shaped as
+    `in_structure`, in the flattened order of its input and output, built
+    `batch_size` columns at a time (`None`: all at once)."""
+    return images_of_basis(mv, in_structure, None, batch_size, lambda out, _: out).T
+
+
 def build_dense_matrix(
     operator: lx.AbstractLinearOperator, batch_size: int | None
 ) -> Inexact[Array, "out in"]:
     """[`lineax_dispatch.dense_matrix`][]'s build, without its budget check (for
     callers that have checked it) and traced inline."""
-    size = operator.in_size()
-    return _images_of_basis(operator, size, batch_size, lambda out, _: out).T
+    return matrix_of(RawMv(operator), operator.in_structure(), batch_size)
 
 
 # Compiled once per operator kind and signature (its static part, the shapes of its
@@ -100,7 +127,9 @@ def build_diagonal(
     flattened output.
     """
     count = min(operator.in_size(), operator.out_size())
-    return _images_of_basis(operator, count, batch_size, lambda out, i: out[i])
+    structure = operator.in_structure()
+    keep = lambda out, i: out[i]
+    return images_of_basis(RawMv(operator), structure, count, batch_size, keep)
 
 
 _compiled_diagonal = eqx.filter_jit(build_diagonal)

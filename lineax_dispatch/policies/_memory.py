@@ -1,15 +1,16 @@
-"""Sizes and bytes: the dtype and itemsize of an operator's dense matrix, the
-bytes of arrays, of the matrix and of building it. Every budget check and cost
-estimate reads them here.
+"""Memory: sizes, budgets and the guard.
 
-Memory budgets: parsing `"2GB"`-style values (once, by every policy and solver
-that takes one) and finding free memory.
-
-The memory guard: every path that builds a dense matrix (`Materialise`'s `mv`,
-`as_matrix` for lineax's direct solvers, `lx.materialise` and `lxd.materialise`,
-`lx.diagonal` where only the whole matrix gives it, `lxd.dense_matrix`, `batch_mv`
-and `batch_solve`) checks it against the budget of the policy in force, and raises
-the same `ValueError` at trace time when it does not fit."""
+- Sizes and bytes: the dtype and itemsize of an operator's dense matrix, the
+    bytes of arrays, of the matrix and of building it. Every budget check and cost
+    estimate reads them here.
+- Budgets: parsing `"2GB"`-style values (once, by every policy and solver that
+    takes one) and finding free memory.
+- The guard: every path that builds a dense matrix (`Materialise`'s `mv`,
+    `as_matrix` for lineax's direct solvers, `lx.materialise` and
+    `lxd.materialise`, `lx.diagonal` where only the whole matrix gives it,
+    `lxd.dense_matrix`, `batch_mv` and `batch_solve`) checks it against the budget
+    of the policy in force, and raises the same `ValueError` at trace time when it
+    does not fit."""
 
 import contextlib
 import contextvars

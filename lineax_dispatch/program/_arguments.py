@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ..policies.calls._keys import ByIdentity, exact_leaf
+from ..policies.calls._keys import ByIdentity, exact_leaf, hashable_leaf
 
 
 # What `equinox.is_array` takes for an array (as a tuple for one `isinstance`).
@@ -46,15 +46,13 @@ class _ByValue(ByIdentity):
 
 
 def _hashable(leaf: Any) -> Any:
+    """A static leaf of an argument as a key: a NumPy array by its value, a JAX
+    array by its identity, anything else as `hashable_leaf`."""
     if isinstance(leaf, np.ndarray):
         return _ByValue(leaf)
     if eqx.is_array(leaf):
         return ByIdentity(leaf)
-    try:
-        hash(leaf)
-    except TypeError:
-        return ByIdentity(leaf)
-    return leaf
+    return hashable_leaf(leaf)
 
 
 def _unwrap(leaf: Any) -> Any:

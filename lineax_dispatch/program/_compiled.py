@@ -1,4 +1,6 @@
-"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it."""
+"""What `lxd.jit` keeps per signature of its arguments (`Compiled`), and the two
+forms of its program: the trace itself where nothing was rewritten (`AsTraced`),
+or the rewritten program (`Rewritten`), lowered and called as `jax.jit` would."""
 
 import functools
 from collections.abc import Callable
@@ -7,28 +9,31 @@ from typing import Any, NamedTuple
 import jax.extend.core as jex
 
 from .._compat import (
+    is_tracer,
     root_trace_ref,
     traced_consts,
+    with_jaxpr,
 )
 from ..policies.decision._records import Decision
-from ._arguments import (
-    OutputBox,
-)
+from ._arguments import OutputBox
+from ._decide import Plan
 from ._errors import unpatched_jit
+from ._trace import Trace
 from .rewrite._rewrite import rewrite_program, rolled_entry
 
 
 class Compiled(NamedTuple):
-    """What `lxd.jit` keeps per signature of its arguments: the program (a
-    `jax.jit` of the traced and rewritten jaxpr), the output box, the decisions
-    (per `Auto` operator kind) and the names of its marked calls.
+    """What `lxd.jit` keeps per signature of its arguments: the program (the trace
+    as it is, `_AsTraced`, or rewritten, `_Rewritten`: each lowered and called as
+    a `jax.jit` would be), the output box, the decisions (per `Auto` operator
+    kind) and the names of its marked calls.
 
     The program is lowered, compiled and called under the caller's jit-cache
     context, not the trace's own (`PASS_CONTEXT`): the decisions are fixed in the
     traced program by then, so the `jax.numpy` functions lineax calls when it
     lowers its solver reuse their traces from earlier programs."""
 
-    jitted: Any
+    program: Any
     box: OutputBox
     decisions: dict[Any, Decision]
     names: frozenset[str]
@@ -127,3 +132,42 @@ class _Rewritten:
     def __call__(self, *args, **kwargs):
         loop = "while" if root_trace_ref() is None else "scan"
         return self._program(loop)(*args, **kwargs)
+
+
+def compile_program(
+    trace: Trace, plan: Plan, jit_kwargs: dict[str, Any]
+) -> tuple[Compiled, bool]:
+    """The traced program rewritten with `plan`'s actions, as it is lowered and
+    called: the traced (or rewritten) program is compiled as it is, and the user's
+    function is not traced again.
+
+    **Arguments:**
+
+    - `trace`: the program's trace.
+    - `plan`: the decide stage's plan for it.
+    - `jit_kwargs`: the `jax.jit` arguments it is compiled with.
+
+    **Returns:**
+
+    `(compiled, reusable)`: `reusable` is false where the program closes over
+    another trace's values (its tracers) and so serves that trace only: it is
+    traced again for the next, as `jax.jit` does.
+    """
+    traced, closed = trace.traced, trace.traced.jaxpr
+    run = rewrite_program(closed, plan.actions, "while")
+    if isinstance(run, jex.ClosedJaxpr):  # calls put inline, or nothing rewritten
+        spliced = with_jaxpr(traced, run)
+        if spliced is None:  # pragma: no cover - JAX changed
+            run = jex.jaxpr_as_fun(run)
+        else:
+            traced, run = spliced, None
+    consts = traced_consts(traced)
+    if run is None:
+        program: Any = _AsTraced(traced, jit_kwargs)
+    else:
+        program = _Rewritten(
+            run, closed, plan.actions, traced.out_tree, jit_kwargs, consts
+        )
+    names = frozenset(trace.session.by_name())
+    compiled = Compiled(program, trace.box, plan.decisions, names)
+    return compiled, not any(is_tracer(c) for c in consts)

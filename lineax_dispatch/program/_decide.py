@@ -1,4 +1,7 @@
-"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it."""
+"""The decide stage of `lxd.jit`: each group of repeated calls in a traced program
+(`analyse/`) mapped to an `Action` (roll, materialise, outline, inline), the
+decision for each `Auto` operator kind's call sites, and the solves that are
+better decided together (one matrix build for k solves of one operator)."""
 
 import dataclasses
 from typing import Any
@@ -24,14 +27,6 @@ from .analyse._roll_plan import plan_roll
 from .analyse._stack_plan import plan_stack
 
 
-def _decisions(active: Session, autos: list[AutoGroup]) -> dict[Any, Decision]:
-    """The decisions of a trace: for each `Auto` operator kind's call sites, and
-    for its solves (decided in the solver's `init`)."""
-    out = {solve.key: solve.decision for solve in active.solves}
-    out.update((a.record.key, a.decision) for a in autos)
-    return out
-
-
 @dataclasses.dataclass
 class Action:
     """What the rewrite does with a group's sites: `"roll"` its top-level sites (one
@@ -46,6 +41,19 @@ class Action:
     kind: str
     batch_size: int | None = None
     arrays: int = 0
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the decide stage makes of a traced program: the `Action` for each group
+    of repeated calls, keyed by `(name, id(callee))`; the `AutoGroup` (record,
+    group, decision, sites) of each `Auto` operator kind's call sites; and every
+    decision of the trace, keyed by operator kind: its call sites', and its
+    solves' (decided in the solver's `init`)."""
+
+    actions: dict[Any, Action]
+    autos: list[AutoGroup]
+    decisions: dict[Any, Decision]
 
 
 def _restrict(decision: Decision, allowed: set[str]) -> Decision:
@@ -116,11 +124,9 @@ def operator_arrays(record: AutoRecord, group: Group) -> int:
     return len(group.callee.jaxpr.invars) - vector_leaves
 
 
-def plan_program(
-    closed: Any, active: Session
-) -> tuple[dict[str, Action], list[AutoGroup]]:
-    """Reads a traced program: the action for each group of repeated calls (by
-    equation name and callee), and the decision for each `Auto` operator kind.
+def plan_program(closed: Any, active: Session) -> Plan:
+    """Decides for a traced program: the action for each group of repeated calls
+    (by equation name and callee), and the decision for each `Auto` operator kind.
 
     **Arguments:**
 
@@ -129,7 +135,7 @@ def plan_program(
 
     **Returns:**
 
-    `(actions, auto_groups)`: actions keyed by `(name, id(callee))`.
+    A `Plan`.
     """
     jaxpr = closed.jaxpr
     records = active.by_name()
@@ -168,10 +174,12 @@ def plan_program(
             # `Auto` operator. (Other marked calls are applied inline: `Lazy`
             # operators', or another `lxd.jit`'s.)
             actions[key] = Action("roll")
-    return actions, autos
+    decisions = {solve.key: solve.decision for solve in active.solves}
+    decisions.update((a.record.key, a.decision) for a in autos)
+    return Plan(actions, autos, decisions)
 
 
-def _operator_arrays(operator: Any) -> list[jax.ShapeDtypeStruct]:
+def _array_leaves(operator: Any) -> list[jax.ShapeDtypeStruct]:
     return [
         x
         for x in jtu.tree_leaves(operator, is_leaf=is_leaf_array)
@@ -183,7 +191,7 @@ def _repeats(jaxpr: Any, groups: list[Group], record: SolveRecord) -> int:
     """How many top-level calls of one computation (one of `groups`, the program's),
     all with this solve's operator arrays, were made from the line of `record`'s
     solve (1 if none is repeated)."""
-    arrays = _operator_arrays(record.operator)
+    arrays = _array_leaves(record.operator)
     for group in groups:
         if len(group.sites) < 2 or group.nested:
             continue

@@ -14,7 +14,9 @@ from ..policies.calls._sites import site_text
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
-from ._jit import _CompileAware
+from ._decide import plan_program
+from ._jit import CompileAware
+from ._trace import trace_program
 from .analyse._solves import solve_sites
 
 
@@ -218,9 +220,13 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
             f"{type(fun_or_operator).__name__}."
         )
     fun = fun_or_operator
-    compiled = fun if isinstance(fun, _CompileAware) else _CompileAware(fun, {})
-    stages, active, _, autos = compiled.analyse(compiled._split(args, kwargs))
-    program = stages[-1].jaxpr.jaxpr
+    compiled = fun if isinstance(fun, CompileAware) else CompileAware(fun, {})
+    trace = trace_program(
+        compiled.fun, compiled.jit_kwargs, compiled.split(args, kwargs)
+    )
+    active = trace.session
+    autos = plan_program(trace.traced.jaxpr, active).autos
+    program = trace.traced.jaxpr.jaxpr
     rows: list[ExplainRow] = [
         _row(
             a.record.operator,

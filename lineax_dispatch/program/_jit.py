@@ -1,4 +1,8 @@
-"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it."""
+"""`lxd.jit`: a `jax.jit` that reads the traced program before it compiles it.
+
+Per signature of its arguments, the stages run in order: trace (`_trace`), analyse
+and decide (`analyse/`, `_decide`), rewrite and wrap for compilation (`rewrite/`,
+`_compiled`)."""
 
 import functools
 from collections.abc import Callable
@@ -6,46 +10,30 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.extend.core as jex
 
-from .._compat import (
-    current_trace,
-    is_tracer,
-    traced_consts,
-    with_jaxpr,
-)
-from ..policies.calls._session import (
-    current_session,
-    PASS_CONTEXT,
-    retire_shared_context,
-    Session,
-    session,
-    shared_context,
-)
+from .._compat import is_tracer
+from ..policies.calls._session import current_session
 from ..policies.decision._records import Decision
-from . import _compiled
+from . import _compiled, _trace
 from ._arguments import (
     Arguments,
     check_jit_kwargs,
     check_static_arguments,
-    OutputBox,
     split_arguments,
     StaticSpec,
 )
-from ._compiled import _AsTraced, _Rewritten, Compiled
-from ._decide import _decisions, plan_program, shared_solve_hints
-from ._errors import new_jit_id, readable_errors, unpatched_jit
-from .analyse._groups import foreign_marked_calls
-from .analyse._solves import add_carried_solves
-from .rewrite._rewrite import rewrite_program
+from ._compiled import compile_program, Compiled
+from ._decide import plan_program
+from ._errors import new_jit_id, readable_errors
+from ._trace import trace_program
 
 
 # Frames of `lxd.jit`'s machinery, left out of the stack of a run-time error (as
 # `equinox.filter_jit` leaves out its own).
-_HIDDEN = (__file__, _compiled.__file__)
+_HIDDEN = (__file__, _compiled.__file__, _trace.__file__)
 
 
-class _CompileAware:
+class CompileAware:
     """The callable that `lxd.jit` returns."""
 
     def __init__(self, fun: Callable, jit_kwargs: dict[str, Any]):
@@ -58,6 +46,16 @@ class _CompileAware:
         )
         self._compiled: dict[Any, Compiled] = {}
         functools.update_wrapper(self, fun)
+
+    @property
+    def fun(self) -> Callable:
+        """The user's function."""
+        return self._fun
+
+    @property
+    def jit_kwargs(self) -> dict[str, Any]:
+        """The `jax.jit` arguments its program is traced and compiled with."""
+        return self._passed
 
     def decisions(self, *args, **kwargs) -> dict[Any, Decision]:
         """The decisions fixed for these arguments' signature (tracing if needed).
@@ -72,101 +70,31 @@ class _CompileAware:
         [`lineax_dispatch.Decision`][] made for its call sites (or, for an
         operator solved by a solver of this package, for its solve).
         """
-        return self._prepare(self._split(args, kwargs)).decisions
+        return self.compiled(self.split(args, kwargs)).decisions
 
-    def _split(self, args, kwargs) -> Arguments:
+    def split(self, args: tuple, kwargs: dict) -> Arguments:
+        """The arguments of a call, split into traced and static halves."""
         return split_arguments(self._spec, args, kwargs)
 
-    def traceable(self, split: Arguments, box: OutputBox, active: Session) -> Callable:
-        """`fun` as a function of the traced halves of its arguments (its trace
-        noted as `active`'s own)."""
-        fun = self._fun
-
-        def traced(*dynamic_args, **dynamic_kwargs):
-            active.top = current_trace()
-            args, kwargs = split.rebuild(dynamic_args, dynamic_kwargs)
-            return box.store(fun(*args, **kwargs))
-
-        return traced
-
-    def _trace(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
-        """One trace of `fun` in a session of its own (told `hints`, see
-        `_shared_solves.py`): `((jitted, box, traced), session)`. Under the shared
-        jit-cache context (see `_registry.shared_context`), or one of its own when
-        told hints (its solves must be decided again, not taken from the trace
-        before). A trace that reused another program's nested trace of an `Auto`
-        operator (`foreign_marked_calls`) retires the shared context and is made
-        again."""
-        stages, active = self._trace_once(split, hints)
-        if foreign_marked_calls(stages[-1].jaxpr.jaxpr, active):
-            retire_shared_context()
-            stages, active = self._trace_once(split, hints)
-        return stages, active
-
-    def _trace_once(self, split: Arguments, hints: dict) -> tuple[Any, Session]:
-        active = Session(solve_hints=hints)
-        box = OutputBox()
-        jitted = unpatched_jit()(self.traceable(split, box, active), **self._passed)
-        context = ("lxd.jit", active.token) if hints else shared_context()
-        try:
-            with session(active), PASS_CONTEXT(context):
-                traced = jitted.trace(*split.dynamic_args, **split.dynamic_kwargs)
-        except BaseException:
-            retire_shared_context()  # what the failed trace left cached is unknown
-            raise
-        if active.nested_records:
-            retire_shared_context()
-        add_carried_solves(traced.jaxpr.jaxpr, active)
-        return (jitted, box, traced), active
-
-    def analyse(self, split: Arguments) -> tuple[Any, Session, dict, list]:
-        """Traces `fun` once for these arguments and reads the program: `(traced,
-        session, actions, auto groups)` (see `plan_program`). Solves repeated with
-        the same operator that are better decided together (one matrix build for
-        all) are traced once more, told so: the only case of a second trace."""
-        stages, active = self._trace(split, {})
-        hints = shared_solve_hints(stages[-1].jaxpr.jaxpr, active)
-        if hints:
-            stages, active = self._trace(split, hints)
-        actions, autos = plan_program(stages[-1].jaxpr, active)
-        return stages, active, actions, autos
-
-    def _prepare(self, split: Arguments) -> Compiled:
+    def compiled(self, split: Arguments) -> Compiled:
+        """What is kept for these arguments' signature: traced, decided, rewritten
+        and wrapped for compilation at its first call."""
         entry = self._compiled.get(split.key)
         if entry is None:
-            (jitted, box, traced), active, actions, autos = self.analyse(split)
-            closed = traced.jaxpr
-            run = rewrite_program(closed, actions, "while")
-            # The traced (or rewritten) program is compiled as it is: the user's
-            # function is not traced again.
-            if isinstance(run, jex.ClosedJaxpr):
-                spliced = with_jaxpr(traced, run)
-                if spliced is None:  # pragma: no cover - JAX changed
-                    run = jex.jaxpr_as_fun(run)
-                else:
-                    traced, run = spliced, None
-            consts = traced_consts(traced)
-            if run is None:
-                program = _AsTraced(traced, self._passed)
-            else:
-                program = _Rewritten(
-                    run, closed, actions, traced.out_tree, self._passed, consts
-                )
-            names = frozenset(active.by_name())
-            entry = Compiled(program, box, _decisions(active, autos), names)
-            # A program closing over another trace's values (its tracers) serves
-            # that trace only: traced again for the next, as `jax.jit` does.
-            if not any(is_tracer(c) for c in consts):
+            trace = trace_program(self._fun, self._passed, split)
+            plan = plan_program(trace.traced.jaxpr, trace.session)
+            entry, reusable = compile_program(trace, plan, self._passed)
+            if reusable:
                 self._compiled[split.key] = entry
         return entry
 
     def _run(self, method: str, args, kwargs):
-        split = self._split(args, kwargs)
-        entry = self._prepare(split)
+        split = self.split(args, kwargs)
+        entry = self.compiled(split)
         outer = current_session()
         if outer is not None:  # called in another `lxd.jit`'s trace
             outer.embedded.update(entry.names)
-        call = getattr(entry.jitted, method)
+        call = getattr(entry.program, method)
         out = call(*split.dynamic_args, **split.dynamic_kwargs)
         if method != "__call__":
             return out
@@ -281,4 +209,4 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
         raise TypeError(
             f"`fun` of `lxd.jit` must be callable; got {type(fun).__name__}."
         )
-    return _CompileAware(fun, jit_kwargs)
+    return CompileAware(fun, jit_kwargs)

@@ -211,30 +211,9 @@ class AutoSolver(lx.AbstractLinearSolver):
                 f"{type(iterative).__name__}, matrix-free.",
             )
         o = observe(operator, memory_budget=budget)
-        model = self.model()
-        if o.explicit:  # the entries are there: no build; an mv is a matmul
-            source = "the operator's entries"
-            direct_time = 0.0
-            run = max(
-                2 * m * n / model.flops_per_second,
-                o.matrix_bytes / read_rate(o.matrix_bytes, model),
-            )
-            copy = model.matmul_site
-        else:
-            source = f"{n} mvs of {o.mv_flops:.3g} flops"
-            direct_time = (
-                model.materialise_fixed
-                + batched_compile(o, model)
-                + n * o.mv_flops / model.flops_per_second
-            )
-            run, copy = mv_run(o, model), mv_compile(o, model)
-        direct_time += cost.flops / model.factor_flops_per_second
-        steps = expected_iterations(self.max_steps, n)
-        mvs = 2 if isinstance(iterative, LSMR) else 1
-        step = mvs * run + model.krylov_step
-        vectors = 10 * vector_bytes(m + n, itemsize)
-        step += vectors / read_rate(vectors, model)
-        iterative_time = model.krylov_compile + mvs * copy + steps * step
+        direct_time, iterative_time, source, steps = _estimated_times(
+            o, self.model(), cost, iterative, self.max_steps, itemsize
+        )
         estimates = (
             f"{name} of the {m} x {n} matrix (from {source}) ~{direct_time:.3g} s; "
             f"{type(iterative).__name__} ~{steps} iterations ~{iterative_time:.3g} s "
@@ -317,3 +296,43 @@ AutoSolver.__init__.__doc__ = """**Arguments:**
 - `cost_model`: the machine constants of the estimates (an `lxd.CostModel`). `None`
     (the default) uses this machine's, as `lxd.Auto` does.
 """
+
+
+def _estimated_times(
+    o: Any,
+    model: Any,
+    cost: Any,
+    iterative: lx.AbstractLinearSolver,
+    max_steps: int | None,
+    itemsize: int,
+) -> tuple[float, float, str, int]:
+    """`(direct, iterative, source, steps)`: the estimated seconds to compile and
+    run once a direct solve (the matrix built from `mv`s where it is not held,
+    then factorised) and `iterative`'s solve of its expected steps; where the
+    matrix comes from; those steps. `o` is the operator's observation (its sizes
+    are the operator's), `cost` the direct solve's `_direct_cost`."""
+    m, n = o.out_size, o.in_size
+    if o.explicit:  # the entries are there: no build; an mv is a matmul
+        source = "the operator's entries"
+        direct_time = 0.0
+        run = max(
+            2 * m * n / model.flops_per_second,
+            o.matrix_bytes / read_rate(o.matrix_bytes, model),
+        )
+        copy = model.matmul_site
+    else:
+        source = f"{n} mvs of {o.mv_flops:.3g} flops"
+        direct_time = (
+            model.materialise_fixed
+            + batched_compile(o, model)
+            + n * o.mv_flops / model.flops_per_second
+        )
+        run, copy = mv_run(o, model), mv_compile(o, model)
+    direct_time += cost.flops / model.factor_flops_per_second
+    steps = expected_iterations(max_steps, n)
+    mvs = 2 if isinstance(iterative, LSMR) else 1
+    step = mvs * run + model.krylov_step
+    vectors = 10 * vector_bytes(m + n, itemsize)
+    step += vectors / read_rate(vectors, model)
+    iterative_time = model.krylov_compile + mvs * copy + steps * step
+    return direct_time, iterative_time, source, steps

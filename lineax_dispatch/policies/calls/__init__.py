@@ -1,1 +1,11 @@
-"""TODO."""
+"""Marked calls and what a trace records about them: the layer every policy, the
+decision rule, the solvers and `lxd.jit` read.
+
+- `_marked`: an operator's `mv` applied as a named `jax.jit` call, one per
+    operator kind (and trace);
+- `_keys`: the hashable keys of operator kinds and static parts;
+- `_scope`: the trace a decided policy is pinned to;
+- `_session`: the records of an `lxd.jit` or `lxd.explain` trace, and its jit-cache
+    context;
+- `_sites`: the user's source line of a call or an equation;
+- `_per_object`: values computed once per live object."""

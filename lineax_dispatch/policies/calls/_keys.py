@@ -1,11 +1,6 @@
-"""Marked calls: an operator's `mv` applied through a cached `jax.jit` of its plain
-lineax `mv`, with the operator's arrays as arguments, one per static part (its
-functions, tags and structures) and trace (see `_marked_call.py`).
-
-The user's function is then traced once per operator kind and signature, however
-many call sites there are, and each call site is one recognisable `jit` equation
-(named `lineax_dispatch_mv`) in the traced program, which `lxd.jit` can find and
-rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour."""
+"""Hashable keys: of an operator kind (its static part: functions, tags and
+structures, with its arrays abstracted), of a static part of a marked call, and
+of a value compared by identity or by its exact bits."""
 
 from typing import Any
 
@@ -20,7 +15,7 @@ from ..._compat import (
 )
 
 
-class _HashedKey:
+class HashedKey:
     """A value as a jit cache key, hashed once (jax hashes a static argument at
     every call), equal to a key of the same class holding an equal value."""
 
@@ -72,7 +67,8 @@ def exact_leaf(leaf: Any) -> Any:
     return leaf
 
 
-def _hashable(leaf: Any) -> Any:
+def hashable_leaf(leaf: Any) -> Any:
+    """`leaf` where it is hashable, else a wrapper compared by its identity."""
     try:
         hash(leaf)
     except TypeError:
@@ -80,7 +76,7 @@ def _hashable(leaf: Any) -> Any:
     return leaf
 
 
-class StaticKey(_HashedKey):
+class StaticKey(HashedKey):
     """An operator's static part (functions, jaxprs, structures: slow to hash) as a
     cache key: two keys are equal where their static leaves are equal and numbers
     among them are of one type and the same bits (an operator whose static
@@ -100,7 +96,7 @@ class StaticKey(_HashedKey):
         try:
             self._hash = hash(exact)
         except TypeError:  # an unhashable leaf: by identity (found only then)
-            exact = (tuple(_hashable(leaf) for leaf in exact[0]), treedef)
+            exact = (tuple(hashable_leaf(leaf) for leaf in exact[0]), treedef)
             self._hash = hash(exact)
         self._exact = exact
 

@@ -1,13 +1,18 @@
-"""A marked call: one `jax.jit` per operator kind (and trace) of its plain lineax
-`mv`, each named alike, so that every call site of a kind is one equation of one
-callee.
+"""Marked calls: an operator's `mv` applied through a cached `jax.jit` of its plain
+lineax `mv`, with the operator's arrays as arguments, one per operator kind (its
+functions, tags and structures) and trace.
 
-One `jax.jit` per key, rather than one `jax.jit` taking the key as a static
-argument: jax hashes a static argument's tree structure without its contents, so
-the keys of every kind ever applied would share one hash in jax's cache of
-argument shardings, and each new trace of a marked call would compare its key with
-all of them (the time to trace a program grew with the number of operator kinds
-applied before it, in the same process)."""
+The user's function is then traced once per operator kind and signature, however
+many call sites there are, and each call site is one recognisable `jit` equation
+(named `lineax_dispatch_mv`) in the traced program, which `lxd.jit` can find and
+rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour.
+
+One `jax.jit` per key (`MarkedCall`), rather than one `jax.jit` taking the key as
+a static argument: jax hashes a static argument's tree structure without its
+contents, so the keys of every kind ever applied would share one hash in jax's
+cache of argument shardings, and each new trace of a marked call would compare its
+key with all of them (the time to trace a program grew with the number of
+operator kinds applied before it, in the same process)."""
 
 import collections
 import contextvars

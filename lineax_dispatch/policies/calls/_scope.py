@@ -1,21 +1,15 @@
-"""Marked calls: an operator's `mv` applied through a cached `jax.jit` of its plain
-lineax `mv`, with the operator's arrays as arguments, one per static part (its
-functions, tags and structures) and trace (see `_marked_call.py`).
-
-The user's function is then traced once per operator kind and signature, however
-many call sites there are, and each call site is one recognisable `jit` equation
-(named `lineax_dispatch_mv`) in the traced program, which `lxd.jit` can find and
-rewrite. Under a plain `jax.jit`, XLA inlines it: lineax's behaviour."""
+"""The trace scope: which trace a decided policy is pinned to, so that a marked
+call made in that trace is told apart from one made in another."""
 
 import contextlib
 import contextvars
 from collections.abc import Iterator
 
 from ..._compat import root_trace_ref
-from ._keys import _HashedKey
+from ._keys import HashedKey
 
 
-class TraceScope(_HashedKey):
+class TraceScope(HashedKey):
     """The outermost trace a call is traced in (the `jax.jit` trace whose loop
     bodies, nested jits, JVP and batching traces hold the call), as a hashable key:
     by identity, through a weak reference (its value), so a finished trace is not

@@ -1,8 +1,9 @@
-"""Context-local records of the `Auto` operators met while `lxd.jit` traces a
-program, and the expected executions that solvers set around their loops.
+"""The session of an `lxd.jit` or `lxd.explain` trace: context-local records of
+the `Auto` operators met, the solves decided and the solver choices made while it
+traces a program, and the jit-cache context its traces run under.
 
 Everything here lives in context variables: each thread (and each asyncio task)
-sees its own registry, and there is no module-level mutable state."""
+sees its own session, and there is no module-level mutable state."""
 
 import contextlib
 import contextvars

@@ -1,12 +1,10 @@
-"""Context-local records of the `Auto` operators met while `lxd.jit` traces a
-program, and the expected executions that solvers set around their loops.
-
-Everything here lives in context variables: each thread (and each asyncio task)
-sees its own registry, and there is no module-level mutable state."""
+"""Source sites: the user's line a call was made from, or an equation was traced
+at (the innermost frame outside lineax-dispatch, lineax, equinox and jax)."""
 
 import linecache
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import equinox as eqx
@@ -30,25 +28,30 @@ _SKIP_DIRS = (
 )
 
 
+def _innermost_user(frames: Iterable[tuple[str, int]]) -> tuple[str, int]:
+    """The first of `frames` (innermost first) outside lineax-dispatch, lineax,
+    equinox, jax and Python's frozen modules, its file as an absolute path."""
+    for filename, line in frames:
+        path = os.path.abspath(filename)
+        if not path.startswith(_SKIP_DIRS) and "<frozen" not in path:
+            return path, line
+    return "<unknown>", 0
+
+
 def user_site() -> tuple[str, int]:
-    """The innermost frame outside lineax-dispatch, lineax, equinox and jax."""
+    """The user's source line this call was made from."""
+    frames = []
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_SKIP_DIRS) and "<frozen" not in filename:
-            return filename, frame.f_lineno
+        frames.append((frame.f_code.co_filename, frame.f_lineno))
         frame = frame.f_back
-    return "<unknown>", 0
+    return _innermost_user(frames)
 
 
 def equation_site(eqn: Any) -> tuple[str, int]:
-    """The user's source line an equation was traced at: the innermost frame of its
-    traceback outside lineax-dispatch, lineax, equinox and jax."""
-    for filename, line in reversed(traceback_frames(eqn)):
-        path = os.path.abspath(filename)
-        if not path.startswith(_SKIP_DIRS) and "<frozen" not in path:
-            return filename, line
-    return "<unknown>", 0
+    """The user's source line an equation was traced at (from its traceback), as
+    `user_site` finds it."""
+    return _innermost_user(reversed(traceback_frames(eqn)))
 
 
 def site_text(site: tuple[str, int]) -> str:

@@ -8,13 +8,12 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.extend.core as jex
+import jax.extend.core.primitives as prims
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 
-from ..._compat import (
-    live_equations,
-)
+from ..._compat import live_equations, pure_callback_p
 from .._memory import array_bytes, itemsize, matrix_bytes, vector_bytes
 from ..calls._keys import is_leaf_array, operator_key
 from ..calls._marked import inline_mv, mv_parts
@@ -66,11 +65,11 @@ def batchable(jaxpr: Any) -> bool:
     """
     for eqn in jaxpr.eqns:
         if (
-            eqn.primitive.name == "pure_callback"
+            eqn.primitive is pure_callback_p
             and eqn.params.get("vmap_method", "unknown") is None
         ):
             return False
-        if not all(batchable(sub) for sub in _sub_jaxprs(eqn)):
+        if not all(batchable(sub) for sub in jex.jaxprs_in_params(eqn.params)):
             return False
     return True
 
@@ -92,7 +91,7 @@ _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 
 
 # How `_walk` counts flops as XLA's cost analysis of the lowered function does
-# (checked against it on jax 0.10.2 and 0.12, tests/test_records.py): 2 m n k per
+# (checked against it on jax 0.10.2 and 0.12, tests/policies/test_records.py): 2 m n k per
 # dot product, one per element for the elementwise arithmetic below, none for the
 # transcendentals (XLA counts those apart) and for moving data, n - 1 per
 # reduction of n elements, the square-and-multiply products of `x**k`, and the
@@ -102,43 +101,52 @@ _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 # `_COUNTED_ON_COMPLEX` alone), computing nothing from the arrays it closes over
 # alone (`_folds_constants`: XLA folds that), is not lowered for its cost: lowering
 # and analysing took 9-45 ms a function, more than the rest of a decision.
-_ELEMENTWISE = frozenset(
-    {
-        "add", "add_any", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
-        "select_n", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
-        "convert_element_type", "square", "floor", "ceil", "round", "clamp", "rem",
-        "stop_gradient",
-    }
+def _primitives(*names: str) -> frozenset:
+    """The primitives `jax.extend.core.primitives.<name>_p` that this JAX has (a
+    primitive new in a later JAX is left out on an older one)."""
+    found = (getattr(prims, f"{name}_p", None) for name in names)
+    return frozenset(p for p in found if p is not None)
+
+
+_ELEMENTWISE = _primitives(
+    "add", "add_jaxvals", "sub", "mul", "neg", "div", "max", "min", "abs", "sign",
+    "select_n", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
+    "convert_element_type", "square", "floor", "ceil", "round", "clamp", "rem",
+    "stop_gradient",
 )  # fmt: skip
 
 
-_MOVES = frozenset(
-    {
-        "reshape", "slice", "pad", "broadcast_in_dim", "concatenate", "transpose",
-        "squeeze", "expand_dims", "rev", "copy", "copy_p", "dynamic_slice",
-        "dynamic_update_slice",
-    }
+_MOVES = _primitives(
+    "reshape", "slice", "pad", "broadcast_in_dim", "concatenate", "transpose",
+    "squeeze", "rev", "copy", "dynamic_slice", "dynamic_update_slice",
 )  # fmt: skip
 
 
-_TRANSCENDENTAL = frozenset(
-    {
-        "tanh", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt",
-        "sin", "cos", "tan", "erf", "atan2", "pow",
-    }
+_TRANSCENDENTAL = _primitives(
+    "tanh", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt", "sin",
+    "cos", "tan", "erf", "atan2", "pow",
 )  # fmt: skip
 
 
 _NO_FLOPS = _MOVES | _TRANSCENDENTAL
 
 
-_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
+_REDUCTIONS = _primitives("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
 
 
-_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call"})
+# Calls whose body is counted in place (`closed_call` is gone from jax 0.12's
+# list).
+_CALLS = _primitives("jit", "closed_call")
 
 
-_EXPANDED = {"logistic": (3.0, 9), "one_minus_square": (3.0, 8)}
+# Primitives lowered to several operations (`logistic` to `1 / (1 + exp(-x))`; jax
+# >= 0.11's `one_minus_square`, tanh's derivative): their flops per element and
+# arrays accessed beyond an operand and a result.
+_EXPANDED = {
+    p: counts
+    for name, counts in (("logistic", (3.0, 9)), ("one_minus_square", (3.0, 8)))
+    for p in _primitives(name)
+}
 
 
 _COUNTED_AS_XLA = (
@@ -147,30 +155,21 @@ _COUNTED_AS_XLA = (
     | _REDUCTIONS
     | _CALLS
     | frozenset(_EXPANDED)
-    | {"dot_general", "integer_pow"}
+    | {prims.dot_general_p, prims.integer_pow_p}
 )
 
 
 # Of these, the ones counted so on complex values too.
 _COUNTED_ON_COMPLEX = (
-    frozenset({"dot_general", "add", "add_any", "sub", "mul", "neg"}) | _MOVES | _CALLS
+    _primitives("dot_general", "add", "add_jaxvals", "sub", "mul", "neg")
+    | _MOVES
+    | _CALLS
 )
-
-
-def _sub_jaxprs(eqn) -> list:
-    out = []
-    for value in eqn.params.values():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if hasattr(item, "jaxpr") and hasattr(item, "consts"):
-                out.append(item.jaxpr)
-            elif hasattr(item, "eqns"):
-                out.append(item)
-    return out
 
 
 def _walk(jaxpr, totals: _Totals) -> None:
     for eqn in jaxpr.eqns:
-        subs = _sub_jaxprs(eqn)
+        subs = list(jex.jaxprs_in_params(eqn.params))
         if subs:
             for sub in subs:
                 _walk(sub, totals)
@@ -179,9 +178,9 @@ def _walk(jaxpr, totals: _Totals) -> None:
         in_avals = [v.aval for v in eqn.invars if hasattr(v.aval, "shape")]
         totals.bytes += sum(array_bytes(a) for a in in_avals + out_avals)
         totals.workspace += sum(array_bytes(a) for a in out_avals)
-        name = eqn.primitive.name
+        primitive = eqn.primitive
         out_size = sum(math.prod(a.shape) for a in out_avals)
-        if name == "dot_general":
+        if primitive is prims.dot_general_p:
             (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval
             contracted = math.prod(lhs.shape[d] for d in lhs_contract)
@@ -189,12 +188,12 @@ def _walk(jaxpr, totals: _Totals) -> None:
             totals.dots += 1
             continue
         totals.ops += 1
-        if name in _NO_FLOPS:
+        if primitive in _NO_FLOPS:
             continue
-        if name in _REDUCTIONS:
+        if primitive in _REDUCTIONS:
             in_size = sum(math.prod(a.shape) for a in in_avals)
             totals.flops += float(max(in_size - out_size, 0))
-        elif name == "integer_pow":
+        elif primitive is prims.integer_pow_p:
             k = abs(int(eqn.params["y"]))
             multiplies = max(k.bit_length() + bin(k).count("1") - 2, 1)
             totals.flops += float(out_size * multiplies)
@@ -202,11 +201,8 @@ def _walk(jaxpr, totals: _Totals) -> None:
             # one.
             out_bytes = sum(array_bytes(a) for a in out_avals)
             totals.bytes += (3 * multiplies - 2) * out_bytes
-        elif name in _EXPANDED:
-            # Lowered to several operations (`logistic` to `1 / (1 + exp(-x))`;
-            # jax >= 0.11's `one_minus_square`, tanh's derivative): their flops
-            # per element and arrays accessed beyond an operand and a result.
-            flops, arrays = _EXPANDED[name]
+        elif primitive in _EXPANDED:
+            flops, arrays = _EXPANDED[primitive]
             totals.flops += flops * out_size
             totals.bytes += arrays * sum(array_bytes(a) for a in out_avals)
         else:
@@ -223,16 +219,16 @@ def _counted_as_xla(jaxpr: Any) -> bool:
     equation, in nested calls too, of a primitive counted so (on complex values,
     one of `_COUNTED_ON_COMPLEX`)."""
     for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name not in _COUNTED_AS_XLA:
+        primitive = eqn.primitive
+        if primitive not in _COUNTED_AS_XLA:
             return False
         avals = [v.aval for v in (*eqn.invars, *eqn.outvars)]
         if not all(hasattr(a, "dtype") for a in avals):
             return False
         complex_ = any(jnp.issubdtype(a.dtype, jnp.complexfloating) for a in avals)
-        if complex_ and name not in _COUNTED_ON_COMPLEX:
+        if complex_ and primitive not in _COUNTED_ON_COMPLEX:
             return False
-        if not all(_counted_as_xla(sub) for sub in _sub_jaxprs(eqn)):
+        if not all(_counted_as_xla(sub) for sub in jex.jaxprs_in_params(eqn.params)):
             return False
     return True
 
@@ -247,8 +243,8 @@ def _folds_constants(jaxpr: Any, constant: set) -> bool:
         # (An equation of literals alone makes a scalar: not worth a lowering.)
         if all(known) and any(v in constant for v in eqn.invars):
             return True
-        if eqn.primitive.name in _CALLS:
-            for sub in _sub_jaxprs(eqn):
+        if eqn.primitive in _CALLS:
+            for sub in jex.jaxprs_in_params(eqn.params):
                 inner = {s for s, v in zip(sub.invars, eqn.invars) if v in constant}
                 if _folds_constants(sub, inner | set(sub.constvars)):
                     return True

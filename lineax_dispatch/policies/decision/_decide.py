@@ -2,10 +2,10 @@
 
 It estimates, for each strategy, the time to compile the program's copies of `mv`
 plus `runs` times the time one run of the program spends in them (the compiled
-program runs many times: `Auto(runs=100)` by default), and picks the cheapest that
-fits the memory budget. The constants are in `CostModel` (defaults measured on a 2-core
-XLA:CPU machine with `python -m benchmarks.callsites`; set your own with
-`Auto(cost_model=...)`). No JAX tracing happens here."""
+program runs many times: `Auto(runs=100)` by default; `_formulas`), and picks the
+cheapest that fits the memory budget. The constants are in `CostModel` (this
+machine's by default; set your own with `Auto(cost_model=...)`). No JAX tracing
+happens here."""
 
 from collections.abc import Iterable
 
@@ -13,8 +13,8 @@ from .._batching import Scan, VmapBatch
 from .._lazy import Lazy
 from .._materialise import Materialise
 from .._memory import format_bytes
-from ._formulas import _workspace, build_chunk, estimates, materialise_memory
-from ._model import CostModel as CostModel
+from ._formulas import build_chunk, estimates, materialise_memory, workspace
+from ._model import CostModel
 from ._observation import Observation
 from ._records import Decision, Estimate
 
@@ -110,7 +110,7 @@ def _decide_batch(o: Observation, model: CostModel) -> Decision:
     """Many vectors at once: materialise when there are at least as many vectors as
     unknowns and the matrix fits; else all in lockstep if the workspace fits, else
     chunks, else one at a time."""
-    per_vector = _workspace(o)
+    per_vector = workspace(o)
     budget = o.memory_budget
     if o.mv_effects or not o.mv_batchable:
         return Decision(

@@ -1,11 +1,7 @@
-"""The decision rule: `decide(observation) -> Decision`, one pure function.
-
-It estimates, for each strategy, the time to compile the program's copies of `mv`
-plus `runs` times the time one run of the program spends in them (the compiled
-program runs many times: `Auto(runs=100)` by default), and picks the cheapest that
-fits the memory budget. The constants are in `CostModel` (defaults measured on a 2-core
-XLA:CPU machine with `python -m benchmarks.callsites`; set your own with
-`Auto(cost_model=...)`). No JAX tracing happens here."""
+"""The model's formulas: for each strategy, the time to compile the program's
+copies of `mv` plus `runs` times the time one run of the program spends in them,
+and the memory it needs, from an `Observation` and a `CostModel`. `decide` picks
+the cheapest that fits the memory budget. No JAX tracing happens here."""
 
 import math
 
@@ -20,7 +16,7 @@ from ._observation import Observation
 from ._records import Estimate
 
 
-def _workspace(o: Observation) -> int:
+def workspace(o: Observation) -> int:
     """Bytes one vector needs while `mv` runs: its intermediates where the cost
     analysis counted them, else input plus output."""
     return max(o.mv_workspace, vector_bytes(o.in_size + o.out_size, o.itemsize))
@@ -29,7 +25,7 @@ def _workspace(o: Observation) -> int:
 def materialise_memory(o: Observation, chunk: int) -> int:
     """Peak bytes of materialising: the matrix, plus `chunk` columns' worth of the
     intermediates of `mv` while building it."""
-    per_column = _workspace(o)
+    per_column = workspace(o)
     return o.matrix_bytes + int(chunk * per_column)
 
 
@@ -65,7 +61,7 @@ def read_rate(working_set: float, model: CostModel) -> float:
 def mv_read_rate(o: Observation, model: CostModel) -> float:
     """Bytes per second at which an `mv` reads what it touches: the cache's rate
     when the operator's arrays and one `mv`'s intermediates fit in it."""
-    return read_rate(o.operator_bytes + _workspace(o), model)
+    return read_rate(o.operator_bytes + workspace(o), model)
 
 
 def mv_run(o: Observation, model: CostModel) -> float:

@@ -47,7 +47,7 @@ def _four_sites(op):
     "policy, at_compile, at_first_run",
     [
         # Lazy: traced once (one marked call, shared by the 4 call sites) and
-        # compiled at each of them (XLA inlines it: see test_roll.py).
+        # compiled at each of them (XLA inlines it: see program/test_roll.py).
         (lxd.Lazy(), 1, 0),
         # Outline: traced once with the outer program (its marked callee, shared
         # by the 4 call sites, whose closed-over values become inputs); the single
@@ -191,9 +191,9 @@ def test_a_new_operator_kind_is_traced_without_comparing_earlier_kinds(monkeypat
     from lineax_dispatch.policies.calls import _keys as _marked
 
     compared = []
-    equal = _marked._HashedKey.__eq__
+    equal = _marked.HashedKey.__eq__
     counted = lambda self, other: compared.append(1) or equal(self, other)
-    monkeypatch.setattr(_marked._HashedKey, "__eq__", counted)
+    monkeypatch.setattr(_marked.HashedKey, "__eq__", counted)
     x = jnp.linspace(0.1, 1.0, N, dtype=jnp.float32)
     kept = []
     for scale in range(1, 41):

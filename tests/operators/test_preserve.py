@@ -7,7 +7,7 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .zoo import build, KINDS, POLICIES, vector
+from ..helpers.zoo import build, KINDS, POLICIES, vector
 
 
 def _all_nodes(op):

@@ -10,11 +10,13 @@ import pytest
 
 import lineax_dispatch as lxd
 
-from .roll_programs import (
+from ..helpers.roll_programs import (
     _chain,
     _close,
+    _loop,
     _operators,
     _pair,
+    _sum,
     LAYERS,
     lazy_reference,
     N,
@@ -75,16 +77,6 @@ def _count_ops(lowered):
     text = lowered.compile().as_text()
     entry = text[text.index("ENTRY") :]
     return sum(1 for line in entry.splitlines() if " = " in line)
-
-
-def _loop(op, x, sites):
-    for i in range(sites):
-        x = op.mv(x) * (1.0 + 0.01 * i)
-    return x
-
-
-def _sum(op, x, sites):
-    return sum(op.mv(jnp.sin(x) * (i + 1)) for i in range(sites))
 
 
 @pytest.mark.parametrize("policy", ["Roll", "Auto"])
@@ -233,7 +225,7 @@ def test_a_program_compiled_as_it_is_rolls_into_a_while_loop():
     jitted = lxd.jit(f)
     _close(jitted(x), jax.jit(f)(x))
     (entry,) = jitted._compiled.values()
-    program = entry.jitted
+    program = entry.program
     assert set(program._jitted) == {"while"}
     names = _primitive_names(program._jitted["while"].trace(x).jaxpr.jaxpr)
     assert "while" in names and "scan" not in names

@@ -1,7 +1,9 @@
-"""The zoo of programs of test_roll.py and test_program.py: chains of dense layers
-as `lxd` operators under a given policy, programs applying them at several call
-sites (dependent, independent, mixed, in loops and branches, with effects, with a
-solve), and `jax.jit` of each on `Lazy` operators as the reference."""
+"""The zoo of programs of tests/program/ (test_roll.py, test_auto_programs.py and
+others): chains of dense layers as `lxd` operators under a given policy, programs
+applying them at several call sites (dependent, independent, mixed, in loops and
+branches, with effects, with a solve), `jax.jit` of each on `Lazy` operators as the
+reference, the cost models under which `Auto` picks each rewrite, and grad, jvp and
+vmap of a program compiled together."""
 
 import functools as ft
 
@@ -156,7 +158,7 @@ NO_LEAK_CHECK = ("effects", "solve")
 def lazy_reference(name):
     """`jax.jit` of the zoo's program `name` on `Lazy` operators, at `ZOO_X`
     (leak-checked where it can be): the reference of every rewrite of it in
-    test_roll.py and test_program.py, so computed once."""
+    program/test_roll.py and program/test_auto_programs.py, so computed once."""
     lazy_ops = _operators(lxd.Lazy())
     f = jax.jit(lambda x: ZOO[name](lazy_ops, x))
     if name in NO_LEAK_CHECK:
@@ -169,3 +171,44 @@ def lazy_reference(name):
 ROLL_MODEL = lxd.CostModel(
     compile_per_dot=10.0, materialise_fixed=1e3, outline_site=1e3
 )
+
+
+# Cost models under which each rewrite is the cheapest where it applies.
+_MODELS = {
+    "roll": ROLL_MODEL,
+    "materialise": lxd.CostModel(
+        compile_per_dot=10.0, outline_site=1e3, roll_fixed=1e3
+    ),
+}
+
+
+def _loop(op, x, sites):
+    for i in range(sites):
+        x = op.mv(x) * (1.0 + 0.01 * i)
+    return x
+
+
+def _sum(op, x, sites):
+    return sum(op.mv(jnp.sin(x) * (i + 1)) for i in range(sites))
+
+
+def _scalar(f):
+    return lambda x: sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(f(x)))
+
+
+def _transformed(f, jit):
+    """grad, jvp and vmap of `jit(f)`, compiled together (each `lxd.jit` traces,
+    decides and rewrites its program inside the outer trace)."""
+
+    def run(x, tangent, xs):
+        return (
+            jax.grad(jit(_scalar(f)))(x),
+            jax.jvp(jit(f), (x,), (tangent,)),
+            jax.vmap(jit(f))(xs),
+        )
+
+    return run
+
+
+def _transformed_args(x):
+    return x, jnp.cos(x), jnp.stack([x, 2 * x, -x])

@@ -12,7 +12,7 @@ import pytest
 import lineax_dispatch as lxd
 from lineax_dispatch import _compat
 
-from .roll_programs import _close, _WEIGHTS, N
+from ..helpers.roll_programs import _close, _WEIGHTS, N
 
 
 @jax.jit
