@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.extend.core as _jex
+import jax.extend.core.primitives as _prims
 import lineax as lx
 from equinox._compile_utils import (
     hashable_combine as hashable_combine,
@@ -17,6 +18,7 @@ from jax._src import (
     source_info_util as _source_info,
     stages as _jax_stages,
 )
+from jax._src.callback import pure_callback_p as pure_callback_p
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.lax import lax as _jax_lax
 from jax.interpreters import ad as _ad, batching as _batching, mlir as _mlir
@@ -291,7 +293,7 @@ def call_name(eqn: Any) -> str | None:
 
     A str or `None`.
     """
-    name = eqn.params.get("name") if eqn.primitive.name == "jit" else None
+    name = eqn.params.get("name") if eqn.primitive is _prims.jit_p else None
     return name if isinstance(name, str) else None
 
 
@@ -376,3 +378,9 @@ def live_equations(jaxpr: Any) -> Any:
     """
     pruned, _ = _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
     return pruned
+
+
+# lineax's primitive of `lineax.linear_solve` (its equations are named
+# `linear_solve`), from `lineax.internal`; not `jax.extend.core.primitives.
+# linear_solve_p`, which is JAX's `custom_linear_solve`, another primitive.
+linear_solve_p: Any = lx.internal.linear_solve_p
