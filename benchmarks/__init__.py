@@ -11,10 +11,11 @@ the repository root (`make bench` runs them all and rewrites `results/`):
 - `steady`: repeated cheap CG solves at steady state, `lxd.CG` against `lx.CG`;
 - `sharded`: per-device memory, collectives and compile at 1-8 devices;
 - `families`, `stacked`, `dispatch`, `eager`, `replay`, `fit_cost_model`: see
-    each module's docstring and docs/benchmarks.md.
+    each module's docstring and docs/benchmarks*.md.
 
 `harness` holds what they share: timing, the environment record, the operators
-built from dense layers, the command line, tables, plots and the results files.
+built from dense layers, the command line, and (from `output`, re-exported) tables,
+plots and the results files.
 
 Importing the package sets `OPENBLAS_NUM_THREADS` to 1 (unless already set), so
 that it is set before any benchmark imports jax: OpenBLAS threads fight on a

@@ -2,7 +2,7 @@
 lineax, scored as compile + 1 run (`Auto(runs=1)`) and compile + 100 runs (`Auto()`)
 over a grid of operators, sizes, call sites, `mv`s and CG solves.
 
-What is measured, how, what is skipped and the targets: docs/benchmarks.md, "Auto".
+What is measured, how, what is skipped and the targets: docs/benchmarks_auto.md.
 `python -m benchmarks.auto` (n=64,256,1024,4096; k=1,4,16; L=32), `--quick` (n=64,256;
 k=1,4; L=4), `--n 256,1024 --sites 1,16 --repeats 3`...: `auto.json`, `auto.png`."""
 

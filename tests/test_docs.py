@@ -138,9 +138,12 @@ def test_docs_build_strict(tmp_path):
     )
     assert not unresolved, f"no rendered API entry for: {unresolved}"
 
-    # The benchmarks page shows every plot in benchmarks/results/.
-    page = (site / "benchmarks" / "index.html").read_text()
+    # The benchmarks pages show every plot in benchmarks/results/.
+    page = "".join(
+        (site / name / "index.html").read_text()
+        for name in ("benchmarks", "benchmarks_auto", "benchmarks_programs")
+    )
     for png in RESULTS.rglob("*.png"):
         uri = f"benchmark-results/{png.relative_to(RESULTS).as_posix()}"
         assert (site / uri).is_file(), uri
-        assert uri in page, f"{uri} not shown on the benchmarks page"
+        assert uri in page, f"{uri} not shown on the benchmarks pages"

@@ -1,4 +1,4 @@
-"""The tables of the Benchmarks page (see benchmarks.py, the MkDocs hook that
+"""The tables of the Benchmarks pages (see benchmarks.py, the MkDocs hook that
 loads this module): for each benchmark with a table, its results file's data as
 Markdown tables, in `TABLES` by the results file's name."""
 

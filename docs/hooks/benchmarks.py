@@ -1,12 +1,14 @@
-"""MkDocs hook: the Benchmarks page, built from `benchmarks/results/` at build time.
+"""MkDocs hook: the Benchmarks pages, built from `benchmarks/results/` at build time.
 
 - `on_files`: every PNG under `benchmarks/results/` is published as
-  `benchmark-results/<path>`, so the page shows the plots `make bench` last wrote
+  `benchmark-results/<path>`, so the pages show the plots `make bench` last wrote
   without copying them into `docs/`.
-- `on_page_markdown`: in `benchmarks.md`, a line `<!-- bench NAME -->` (NAME the
-  path of a JSON file under `benchmarks/results/`, without `.json`) becomes its
+- `on_page_markdown`: in the pages of `PAGES`, a line `<!-- bench NAME -->` (NAME
+  the path of a JSON file under `benchmarks/results/`, without `.json`) becomes its
   plot, its tables and the machine and versions it came from; `<!-- bench
-  environments -->` becomes a table of every results file's environment.
+  environments -->` becomes a table of the environment of every results file (named
+  on any of the pages or not). Results that no page names (a new benchmark) are
+  shown at the end of the first page, `benchmarks.md`.
 
 A missing results file or one whose format is not understood logs a warning, so
 `mkdocs build --strict` fails rather than publishing an empty or stale table.
@@ -32,7 +34,8 @@ log = logging.getLogger("mkdocs.hooks.benchmarks")
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 SITE_DIR = "benchmark-results"
-PAGE = "benchmarks.md"
+# The Benchmarks pages: the first holds the results that no page names.
+PAGES = ("benchmarks.md", "benchmarks_auto.md", "benchmarks_programs.md")
 MARKER = re.compile(r"^<!-- bench (\S+) -->$", re.MULTILINE)
 ENV_KEYS = (
     "machine",
@@ -177,14 +180,27 @@ def on_files(files, config, **kwargs):
     return files
 
 
+def _named(config) -> list[str]:
+    """The results that a marker on any of the Benchmarks pages names."""
+    named = []
+    for name in PAGES:
+        path = Path(config["docs_dir"]) / name
+        if not path.is_file():
+            log.warning(f"Benchmarks pages: {path} is missing (see PAGES).")
+            continue
+        named += [n for n in MARKER.findall(path.read_text()) if n != "environments"]
+    return named
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
-    if page.file.src_uri != PAGE:
+    if page.file.src_uri not in PAGES:
         return markdown
-    page_dir = "../" * PAGE.count("/")
-    named = [n for n in MARKER.findall(markdown) if n != "environments"]
-    # Results that no marker names (a new benchmark) are shown at the end.
+    page_dir = "../" * page.file.src_uri.count("/")
+    named = _named(config)
+    # Results that no marker names (a new benchmark) are shown at the end of the
+    # first page.
     others = [n for n in _results_names() if n not in named]
-    if others:
+    if others and page.file.src_uri == PAGES[0]:
         markdown += "\n\n## Other results\n"
         for name in others:
             markdown += f"\n### `{name}`\n\n" + _section(name, page_dir, False)

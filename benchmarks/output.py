@@ -1,0 +1,95 @@
+"""What the benchmarks share for their output: text tables, plots and the results
+files (`<name>.json` and `<name>.png`). `harness` re-exports every name, so that a
+benchmark reaches them as `harness.table`, `harness.write_results`..."""
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+
+
+# ------------------------------------------------------------------ tables
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A text table, each column as wide as its widest cell, the first column
+    left-aligned and the others right-aligned, a rule under the header."""
+    cells = [list(map(str, headers))] + [list(map(str, row)) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    lines = [
+        "  ".join([row[0].ljust(widths[0]), *map(str.rjust, row[1:], widths[1:])])
+        for row in cells
+    ]
+    return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
+
+
+def column_table(columns: Sequence[tuple[str, Callable]], items: Sequence) -> str:
+    """`table` with a row per item, column `(header, cell)` showing `cell(item)`."""
+    headers = [header for header, _ in columns]
+    return table(headers, [[cell(item) for _, cell in columns] for item in items])
+
+
+def stage_columns() -> list[tuple[str, Callable]]:
+    """`column_table` columns of `time_program`'s stages and compile total."""
+    titles = "trace lower compile 1st-extra comp.total".split()
+    keys = "trace_s lower_s compile_s first_call_extra_s compile_total_s".split()
+    return [(t, lambda r, k=k: f"{r[k]:.3f}s") for t, k in zip(titles, keys)]
+
+
+def met(ok: bool) -> str:
+    """`"met"` or `"NOT met"`."""
+    return "met" if ok else "NOT met"
+
+
+# ------------------------------------------------------------------ plots, results
+
+
+def pyplot():
+    """`matplotlib.pyplot` with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return importlib.import_module("matplotlib.pyplot")
+
+
+def plain_log_ticks(ax) -> None:
+    """Major ticks of a log y axis as plain numbers, minor ones unlabelled."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def log_axis(ax, ylim: tuple[float, float], ticks: Sequence[float]) -> None:
+    """A log y axis over `ylim` with plain labels at those of `ticks` within it."""
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    ax.set_ylim(*ylim)
+    ax.set_yticks([t for t in ticks if ylim[0] <= t <= ylim[1]])
+
+
+def jax_label(openblas: bool = False) -> str:
+    """`jax <version> <backend>`, then `, OPENBLAS_NUM_THREADS=<value>` if asked."""
+    threads = f", OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+    return f"jax {jax.__version__} {jax.default_backend()}" + threads * openblas
+
+
+def save(fig, path: Path, dpi: int = 120, **tight_layout) -> None:
+    """`fig.tight_layout(**tight_layout)`, saved at `dpi`, then closed."""
+    fig.tight_layout(**tight_layout)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> None:
+    """`<out_dir>/<name>.json` (the payload) and `<out_dir>/<name>.png`
+    (`plot(path)`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
+    json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    plot(png_path)
+    print(f"wrote {json_path} and {png_path}")
