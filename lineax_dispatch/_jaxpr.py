@@ -1,15 +1,70 @@
-"""What `lxd.jit` reads from a traced program: the call sites of each repeated
-computation (an `Auto` operator kind's `mv`, a `Roll` operator's, a `jax.jit`
-function of the user's), how often each runs, and what to do with each group."""
+"""What every reader of a traced program shares: the kinds of atom in a jaxpr, the
+shapes of a computation's inputs and outputs, and which primitives are heavy
+work."""
 
+from collections.abc import Iterable
 from typing import Any
 
 import jax
+import jax.extend.core as jex
+import jax.extend.core.primitives as prims
+
+from ._compat import linear_solve_p
+
+
+def is_literal(v: Any) -> bool:
+    """Whether the atom `v` of a jaxpr is a literal (its value is `v.val`)."""
+    return isinstance(v, jex.Literal)
+
+
+def defined(v: Any) -> bool:
+    """Whether the atom `v` is a variable that holds a value (neither a literal nor
+    a dropped output)."""
+    return not is_literal(v) and not isinstance(v, jex.DropVar)
+
+
+def specs_of(atoms: Iterable[Any]) -> list[jax.ShapeDtypeStruct]:
+    """The shape and dtype of each of `atoms` (variables or literals), as
+    `jax.ShapeDtypeStruct`s."""
+    return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in atoms]
 
 
 def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:
     """The leaves of an operator's output structure, read from its traced `mv`
     (asking the operator may trace its function again)."""
-    return [
-        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.outvars
-    ]
+    return specs_of(callee.jaxpr.outvars)
+
+
+# Heavy work: primitives whose cost grows faster than their inputs' size, or that
+# run a computation many times: a dot product or a convolution, lineax's linear
+# solve (whose solver's loop is not a sub-jaxpr of it), a loop, a factorisation or
+# decomposition, an FFT. `lxd.jit` reads it three ways: a repeated function of the
+# user's holding such work is worth rolling however short it is
+# (`analyse._groups.substantial`); such loop-invariant code of a rolled call runs
+# once, before the loop (`analyse._hoist`; cheap invariant code stays in the loop,
+# where moving it would only keep its results alive across the loop); and code
+# holding it is never run once more than the program runs it, its results unused
+# (`analyse._roll_steps.extra_safe`).
+HEAVY = frozenset(
+    {
+        prims.dot_general_p,
+        prims.conv_general_dilated_p,
+        linear_solve_p,
+        prims.while_p,
+        prims.scan_p,
+        prims.cholesky_p,
+        prims.lu_p,
+        prims.qr_p,
+        prims.eigh_p,
+        prims.svd_p,
+        prims.triangular_solve_p,
+        prims.fft_p,
+    }
+)
+
+
+def heavy(eqn: Any) -> bool:
+    """Whether the equation `eqn` is, or holds at any depth, work of `HEAVY`."""
+    if eqn.primitive in HEAVY:
+        return True
+    return any(heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)

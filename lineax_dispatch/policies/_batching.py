@@ -13,7 +13,17 @@ from ._base import AbstractPolicy
 from ._dense import check_batch_size
 
 
-class VmapBatch(AbstractPolicy):
+class AbstractInlinePolicy(AbstractPolicy):
+    """A policy that inlines a single `mv`, as `Lazy` under a plain `jax.jit`, and
+    differs only in how it applies a stack of vectors (`batch_mv`)."""
+
+    def mv(
+        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
+    ) -> PyTree[Any]:
+        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+class VmapBatch(AbstractInlinePolicy):
     """Inlines a single `mv`; applies a stack of vectors with `jax.vmap` (all in
     lockstep) or, with `batch_size`, in chunks of that many through
     `jax.lax.map(..., batch_size=)`, bounding the memory of the intermediates.
@@ -31,11 +41,6 @@ class VmapBatch(AbstractPolicy):
     """
 
     batch_size: int | None = eqx.field(default=None, converter=check_batch_size)
-
-    def mv(
-        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
-    ) -> PyTree[Any]:
-        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
 
     def batch_mv(
         self, operator: lx.AbstractLinearOperator, vectors: PyTree[Any]
@@ -57,7 +62,7 @@ class VmapBatch(AbstractPolicy):
         return lax.map(operator.mv, vectors, batch_size=self.batch_size)
 
 
-class Scan(AbstractPolicy):
+class Scan(AbstractInlinePolicy):
     """Inlines a single `mv`; applies a stack of vectors one at a time with
     `jax.lax.map` (a scan): the least memory, and one compiled copy of `mv`.
 
@@ -68,11 +73,6 @@ class Scan(AbstractPolicy):
         ys = lxd.batch_mv(op, jnp.ones((256, 3)), policy=lxd.Scan())  # one at a time
         ```
     """
-
-    def mv(
-        self, operator: lx.AbstractLinearOperator, vector: PyTree[Any]
-    ) -> PyTree[Any]:
-        return operator.raw_mv(vector)  # pyright: ignore[reportAttributeAccessIssue]
 
     def batch_mv(
         self, operator: lx.AbstractLinearOperator, vectors: PyTree[Any]

@@ -3,11 +3,14 @@ computation (an `Auto` operator kind's `mv`, a `Roll` operator's, a `jax.jit`
 function of the user's), how often each runs, and what to do with each group."""
 
 import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 import jax.extend.core as jex
+import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee, call_name, scan_length
+from ..._jaxpr import heavy
 from ...policies.calls._marked import AUTO_NAME, is_marked
 from ...policies.calls._session import AutoRecord, Session
 from ...policies.decision._records import Decision
@@ -20,8 +23,8 @@ NESTED_EXECUTIONS = 10.0
 
 
 # A repeated `jax.jit` function of the user's is rolled when its body is at least
-# this many equations (or holds a dot product): smaller ones compile in less time
-# than a loop saves.
+# this many equations (or holds heavy work, `_jaxpr.HEAVY`): smaller ones compile
+# in less time than a loop saves.
 MIN_CALLEE_EQUATIONS = 32
 
 
@@ -66,14 +69,19 @@ class AutoGroup:
     sites: tuple[tuple[str, int], ...]
 
 
+# Per loop primitive, how many times its body runs per run of the loop.
+_TRIPS = MappingProxyType(
+    {
+        prims.scan_p: lambda eqn: float(scan_length(eqn)),
+        prims.while_p: lambda eqn: NESTED_EXECUTIONS,
+    }
+)
+
+
 def _factor(eqn: Any) -> float:
     """How many times a sub-program of `eqn` runs per run of `eqn`."""
-    name = eqn.primitive.name
-    if name == "scan":
-        return float(scan_length(eqn))
-    if name == "while":
-        return NESTED_EXECUTIONS
-    return 1.0
+    trips = _TRIPS.get(eqn.primitive)
+    return 1.0 if trips is None else trips(eqn)
 
 
 def foreign_marked_calls(jaxpr: Any, active: Session) -> bool:
@@ -99,7 +107,7 @@ def foreign_marked_calls(jaxpr: Any, active: Session) -> bool:
             return False
         seen.add(id(sub))
         for eqn in sub.eqns:
-            name = call_name(eqn) if eqn.primitive.name == "jit" else None
+            name = call_name(eqn) if eqn.primitive is prims.jit_p else None
             if name is not None and name.startswith(AUTO_NAME) and name not in known:
                 return True
             if any(walk(deeper) for deeper in jex.jaxprs_in_params(eqn.params)):
@@ -131,7 +139,7 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
         if found is None:
             found = []
             for eqn in sub.eqns:
-                if eqn.primitive.name == "jit":
+                if eqn.primitive is prims.jit_p:
                     found.append((eqn, 1.0))
                     if is_marked(eqn):
                         continue  # an operator's `mv`: its body is not the program's
@@ -149,7 +157,7 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
         return groups[key]
 
     for index, eqn in enumerate(jaxpr.eqns):
-        if eqn.primitive.name == "jit":
+        if eqn.primitive is prims.jit_p:
             group_of(eqn).sites.append(index)
             if is_marked(eqn):
                 continue
@@ -160,28 +168,22 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
     return groups
 
 
-# Primitives that count as substantial work wherever they appear: a dot product,
-# and lineax's linear solve (whose solver's loop is not a sub-jaxpr of it).
-_HEAVY = ("dot_general", "linear_solve")
-
-
-def _size(jaxpr: Any) -> tuple[int, bool]:
-    count, dots = 0, False
-    for eqn in jaxpr.eqns:
-        count += 1
-        dots = dots or eqn.primitive.name in _HEAVY
-        for sub in jex.jaxprs_in_params(eqn.params):
-            c, d = _size(sub)
-            count, dots = count + c, dots or d
-    return count, dots
+def _count(jaxpr: Any) -> int:
+    """How many equations `jaxpr` has, at any depth."""
+    return sum(
+        1 + sum(_count(sub) for sub in jex.jaxprs_in_params(eqn.params))
+        for eqn in jaxpr.eqns
+    )
 
 
 def substantial(callee: Any) -> bool:
-    """Whether a user's function is worth rolling: a dot product or a linear solve
-    (lineax's `linear_solve` is such a function), or at least
-    `MIN_CALLEE_EQUATIONS` equations."""
-    count, dots = _size(callee.jaxpr)
-    return dots or count >= MIN_CALLEE_EQUATIONS
+    """Whether a user's function is worth rolling: heavy work (`_jaxpr.HEAVY`: a
+    dot product, a linear solve (lineax's `linear_solve` is such a function), a
+    loop, a factorisation) or at least `MIN_CALLEE_EQUATIONS` equations."""
+    jaxpr = callee.jaxpr
+    return (
+        any(heavy(eqn) for eqn in jaxpr.eqns) or _count(jaxpr) >= MIN_CALLEE_EQUATIONS
+    )
 
 
 def same_arrays(jaxpr: Any, group: Group, arrays: int) -> bool:

@@ -12,37 +12,10 @@ the loop on CPU (16 solves of one materialised operator, rolled, built the matri
 import dataclasses
 from typing import Any
 
-import jax.extend.core as jex
+import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee
-
-
-# Work worth moving out of the loop: a dot product, a linear solve, a loop, a
-# factorisation. (Cheap invariant code stays where it is: moving it would only
-# keep its results alive across the loop.)
-_HEAVY = frozenset(
-    {
-        "dot_general",
-        "conv_general_dilated",
-        "linear_solve",
-        "while",
-        "scan",
-        "cholesky",
-        "lu",
-        "qr",
-        "eigh",
-        "svd",
-        "triangular_solve",
-        "fft",
-    }
-)
-
-
-def heavy(eqn: Any) -> bool:
-    """Whether `eqn` is, or holds at any depth, work of `_HEAVY`."""
-    if eqn.primitive.name in _HEAVY:
-        return True
-    return any(heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)
+from ..._jaxpr import heavy, is_literal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +37,9 @@ class Hoisted:
 
 def split_invariant(call: Any, varying: tuple[int, ...]) -> Hoisted | None:
     """The invariant part of a rolled `jit` call, or `None` when there is none
-    worth moving (no dot product or other heavy work in it), the call is not a
-    `jit`, or its callee has effects (an effect runs at every step, as traced).
+    worth moving (no dot product or other heavy work in it: `_jaxpr.HEAVY`), the
+    call is not a `jit`, or its callee has effects (an effect runs at every step,
+    as traced).
 
     **Arguments:**
 
@@ -76,7 +50,7 @@ def split_invariant(call: Any, varying: tuple[int, ...]) -> Hoisted | None:
 
     A `Hoisted`, or `None`.
     """
-    if call.primitive.name != "jit":
+    if call.primitive is not prims.jit_p:
         return None
     callee = call_callee(call)
     if callee.effects:
@@ -87,7 +61,7 @@ def split_invariant(call: Any, varying: tuple[int, ...]) -> Hoisted | None:
     known.update(jaxpr.constvars)
     before, inside = [], []
     for eqn in jaxpr.eqns:
-        reads_known = all(isinstance(v, jex.Literal) or v in known for v in eqn.invars)
+        reads_known = all(is_literal(v) or v in known for v in eqn.invars)
         if reads_known and not eqn.effects:
             before.append(eqn)
             known.update(eqn.outvars)

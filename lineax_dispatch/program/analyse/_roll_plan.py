@@ -7,12 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from ..._jaxpr import defined, is_literal
 from ._roll_steps import (
     compare,
     consumers_of,
-    defined,
     extra_safe,
-    is_literal,
     layouts,
     plain_aval,
     same_value,
@@ -166,10 +165,10 @@ def _tail_candidate(jaxpr, sites, varying, consumers) -> tuple[int, tuple] | Non
     return tail, tuple(last_next)
 
 
-def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan | None:
-    """`plan_roll`'s plan, the last step running `tail` equations after its call
-    (`consumers`: `consumers_of(jaxpr)`)."""
-    eqns = jaxpr.eqns
+def _steps(jaxpr, sites, varying, consumers, tail, last_next) -> tuple | None:
+    """`(steps, slot_avals)`: what `compare` reads of the roll (`Steps`) and the
+    avals of its carried slots; `None` where a carried value is not a plain
+    array."""
     found_layouts = layouts(jaxpr, sites, varying, tail, last_next)
     if found_layouts is None:
         return None
@@ -178,11 +177,11 @@ def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan
     inside = frozenset(
         v
         for j, start in enumerate(sites)
-        for eqn in eqns[start : ends[j]]
+        for eqn in jaxpr.eqns[start : ends[j]]
         for v in eqn.outvars
     )
     steps = Steps(
-        eqns,
+        jaxpr.eqns,
         sites,
         varying,
         reads,
@@ -192,10 +191,19 @@ def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan
         last_next,
         consumers,
     )
+    return steps, slot_avals
+
+
+def _branches(jaxpr, steps: Steps) -> tuple | None:
+    """`(classes, representatives, found)`: each step in the branch of the first
+    earlier step whose code its own equals up to literals (else a branch of its
+    own), and per branch `{step: compare's literals}`; `None` where a step does
+    not compare equal with itself (a tail that does not compute a next input
+    alike)."""
     representatives: list[int] = []
     classes: list[int] = []
     found: list[dict[int, dict]] = []
-    for j in range(len(sites)):
+    for j in range(len(steps.sites)):
         for c, r in enumerate(representatives):
             literals = compare(jaxpr, steps, r, j)
             if literals is not None:
@@ -206,22 +214,33 @@ def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan
             classes.append(len(representatives))
             representatives.append(j)
             own = compare(jaxpr, steps, j, j)
-            if own is None:  # a tail that does not compute a next input alike
+            if own is None:
                 return None
             found.append({j: own})
-    initial: dict = {}
-    if classes.count(0) == 1 and len(representatives) > 1:
-        # The first step alone: it may share another branch, starting the slots
-        # that branch reads with its own literals or variables from before.
-        for c in range(1, len(representatives)):
-            start_values: dict = {}
-            literals = compare(jaxpr, steps, representatives[c], 0, start_values)
-            if literals is not None:
-                classes = [c - 1] + [m - 1 for m in classes[1:]]
-                representatives, found = representatives[1:], found[1:]
-                found[c - 1][0] = literals
-                initial = start_values
-                break
+    return classes, representatives, found
+
+
+def _first_shared(jaxpr, steps: Steps, classes, representatives, found) -> tuple:
+    """`_branches`'s `(classes, representatives, found)` and the slots' values
+    before the loop (`RollPlan.initial`, `{slot: value}`), the first step, where
+    it runs alone, in another branch where it can start the slots that branch
+    reads with its own literals or variables from before the loop."""
+    if classes.count(0) != 1 or len(representatives) < 2:
+        return classes, representatives, found, {}
+    for c in range(1, len(representatives)):
+        start_values: dict = {}
+        literals = compare(jaxpr, steps, representatives[c], 0, start_values)
+        if literals is not None:
+            classes = [c - 1] + [m - 1 for m in classes[1:]]
+            representatives, found = representatives[1:], found[1:]
+            found[c - 1][0] = literals
+            return classes, representatives, found, start_values
+    return classes, representatives, found, {}
+
+
+def _tables(found, representatives, k: int) -> tuple[dict, ...]:
+    """Per branch, `{literal key: values per step}` for the literals that differ
+    between the steps it runs (`RollPlan.tables`)."""
     tables = []
     for c, r in enumerate(representatives):
         varying_keys = {
@@ -235,20 +254,32 @@ def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan
             own = found[c][r][key][1]
             # A step without this literal (the last, where its tail stops short
             # of the equation) runs it on the representative's value, unused.
-            values = [
-                found[c].get(j, {}).get(key, (own, own))[1] for j in range(len(sites))
-            ]
+            values = [found[c].get(j, {}).get(key, (own, own))[1] for j in range(k)]
             table[key] = np.stack([np.asarray(v) for v in values])
         tables.append(table)
+    return tuple(tables)
+
+
+def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan | None:
+    """`plan_roll`'s plan, the last step running `tail` equations after its call
+    (`consumers`: `consumers_of(jaxpr)`)."""
+    made = _steps(jaxpr, sites, varying, consumers, tail, last_next)
+    if made is None:
+        return None
+    steps, slot_avals = made
+    branches = _branches(jaxpr, steps)
+    if branches is None:
+        return None
+    classes, representatives, found, initial = _first_shared(jaxpr, steps, *branches)
     return RollPlan(
         tuple(sites),
         varying,
-        reads,
-        writes,
+        steps.reads,
+        steps.writes,
         slot_avals,
         tuple(classes),
         tuple(representatives),
-        tuple(tables),
+        _tables(found, representatives, len(sites)),
         tail,
         tuple(last_next),
         tuple(initial.get(p) for p in range(len(slot_avals))),

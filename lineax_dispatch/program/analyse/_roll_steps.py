@@ -5,14 +5,9 @@ carries in and out (`layouts`), and how step `j`'s code compares with step `r`'s
 import dataclasses
 from typing import Any
 
-import jax.extend.core as jex
 import numpy as np
 
-from ._hoist import heavy
-
-
-def is_literal(v: Any) -> bool:
-    return isinstance(v, jex.Literal)
+from ..._jaxpr import defined, heavy, is_literal
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -21,10 +16,6 @@ def same_value(a: Any, b: Any) -> bool:
     dtype and shape."""
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def defined(v: Any) -> bool:
-    return not is_literal(v) and not isinstance(v, jex.DropVar)
 
 
 def plain_aval(aval: Any) -> bool:
@@ -102,7 +93,7 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=()):
 def extra_safe(jaxpr, indices: range, consumers: dict, next_call: int) -> bool:
     """Whether the top-level equations at `indices` may run once more than the
     program runs them, their results unused: no effects, no heavy work (as
-    `_hoist.heavy` counts it: a dot product, a solve, a loop, a factorisation, at
+    `_jaxpr.heavy` counts it: a dot product, a solve, a loop, a factorisation, at
     any depth), and every result read only by those equations or by the call at
     index `next_call`."""
     own = set(indices) | {next_call}
@@ -162,6 +153,151 @@ class Steps:
     last_next: tuple
     consumers: dict
 
+    def segment(self, t: int) -> Any:
+        """The equations of step `t` after its call."""
+        return self.eqns[self.sites[t] + 1 : stops(self.sites, self.tail)[t]]
+
+    def has_next(self, t: int) -> bool:
+        """Whether step `t` computes a next call's inputs."""
+        return t + 1 < len(self.sites) or self.tail is not None
+
+
+@dataclasses.dataclass
+class _Match:
+    """The correspondence `compare` builds between step `j`'s atoms and step `r`'s.
+
+    **Fields:**
+
+    - `inside`: the variables defined inside the loop.
+    - `mapping`: `j`'s variable -> `r`'s, for those defined so far.
+    - `unset`: `r`'s slot variables that `j` starts without -> their slot.
+    - `starts`: slot -> its value before the loop (`compare`'s `init`).
+    - `literals`: key -> `(value at r, value at j)`.
+    """
+
+    inside: frozenset
+    mapping: dict
+    unset: dict
+    starts: dict
+    literals: dict = dataclasses.field(default_factory=dict)
+
+    def start_value(self, a: Any, b: Any) -> bool:
+        """Whether `j`'s `a` can start the slot of `r`'s unset `b` (recorded)."""
+        if is_literal(a) and a.aval.dtype == b.aval.dtype:
+            value = ("literal", np.asarray(a.val))
+        elif (
+            defined(a)
+            and a not in self.inside
+            and a not in self.mapping
+            and a.aval == b.aval
+        ):
+            value = ("var", a)
+        else:
+            return False
+        old = self.starts.get(self.unset[b])
+        if old is not None and not (
+            old[0] == value[0]
+            and (
+                old[1] is value[1]
+                or (value[0] == "literal" and same_value(old[1], value[1]))
+            )
+        ):
+            return False
+        self.starts[self.unset[b]] = value
+        return True
+
+    def same(self, a: Any, b: Any, key: Any) -> bool:
+        """Whether `j`'s atom `a` stands where `r` has `b` (a literal that differs
+        recorded under `key`)."""
+        if not is_literal(b) and b in self.unset:
+            return self.start_value(a, b)
+        if is_literal(a) or is_literal(b):
+            if not (is_literal(a) and is_literal(b)) or a.aval != b.aval:
+                return False
+            self.literals[key] = (b.val, a.val)
+            return True
+        if a in self.mapping:
+            return self.mapping[a] is b
+        return a is b and a not in self.inside
+
+
+def _comparable(jaxpr, s: Steps, r: int, j: int) -> bool:
+    """Whether step `j`'s code has the length of `r`'s and computes next inputs
+    where `r`'s does; or, the last step, a prefix of it, the rest computing only
+    the next call's inputs (`extra_safe`)."""
+    k = len(s.sites)
+    seg_r, seg_j = s.segment(r), s.segment(j)
+    partial = s.tail is not None and j == k - 1 and r + 1 < k
+    if partial and len(seg_j) < len(seg_r):
+        end = stops(s.sites, s.tail)[r]
+        extra = range(s.sites[r] + 1 + len(seg_j), end)
+        return extra_safe(jaxpr, extra, s.consumers, s.sites[r + 1])
+    return len(seg_r) == len(seg_j) and s.has_next(r) == s.has_next(j)
+
+
+def _start_match(s: Steps, r: int, j: int, init: dict | None) -> _Match | None:
+    """The correspondence at the start of the steps: their carried slots and
+    their calls' outputs; `None` where one reads a slot the other does not (but
+    for the slots `j` starts without, given `init`)."""
+    match = _Match(s.inside, {}, {}, {} if init is None else init)
+    for p, (a, b) in enumerate(zip(s.reads[j], s.reads[r])):
+        if a is None and b is not None and init is not None:
+            match.unset[b] = p
+        elif (a is None) != (b is None):
+            return None
+        elif a is not None:
+            match.mapping[a] = b
+    for a, b in zip(s.eqns[s.sites[j]].outvars, s.eqns[s.sites[r]].outvars):
+        match.mapping[a] = b
+    return match
+
+
+def _same_code(match: _Match, seg_j: Any, seg_r: Any) -> bool:
+    """Whether the equations `seg_j` are `seg_r` up to literals (and the slots
+    `j` starts without), equation by equation; `match` extended with them."""
+    for i, (e_j, e_r) in enumerate(zip(seg_j, seg_r)):
+        if (
+            e_j.primitive is not e_r.primitive
+            or len(e_j.invars) != len(e_r.invars)
+            or len(e_j.outvars) != len(e_r.outvars)
+            or not _params_equal(e_j.params, e_r.params)
+        ):
+            return False
+        for q, (a, b) in enumerate(zip(e_j.invars, e_r.invars)):
+            if not match.same(a, b, ("eqn", i, q)):
+                return False
+        for a, b in zip(e_j.outvars, e_r.outvars):
+            if a.aval != b.aval:
+                return False
+            match.mapping[a] = b
+    return True
+
+
+def _same_next(match: _Match, s: Steps, r: int, j: int) -> bool:
+    """Whether the next call's varying inputs after step `j` are those after `r`
+    (the last step's: `last_next`)."""
+    k, eqns, sites = len(s.sites), s.eqns, s.sites
+    for i, p in enumerate(s.varying):
+        mine = eqns[sites[j + 1]].invars[p] if j + 1 < k else s.last_next[i]
+        theirs = eqns[sites[r + 1]].invars[p] if r + 1 < k else s.last_next[i]
+        if mine is None:  # computed by `r`'s equations the tail lacks
+            continue
+        if theirs is None or not match.same(mine, theirs, ("next", p)):
+            return False
+    return True
+
+
+def _same_writes(match: _Match, s: Steps, r: int, j: int) -> bool:
+    """Whether step `j` leaves in its slots what `r` leaves in its own."""
+    # Step `j` runs `r`'s code under `r`'s names: a slot that holds one of `r`'s
+    # own values (kept for after the loop) would be overwritten with `j`'s.
+    end = stops(s.sites, s.tail)[r]
+    own = {v for eqn in s.eqns[s.sites[r] : end] for v in eqn.outvars}
+    for a, b in zip(s.writes[j], s.writes[r]):
+        if not match.same(a, b, None) or (j != r and a is b and b in own):
+            return False
+    return True
+
 
 def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict | None:
     """The literals by which step `j` differs from step `r` (`{key: (value at r,
@@ -173,92 +309,14 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
     `("var", variable)`, the slot's value before the loop. The last step's code
     may be a prefix of `r`'s, the rest computing only the next call's inputs
     (`extra_safe`)."""
-    eqns, sites, k = s.eqns, s.sites, len(s.sites)
-    ends = stops(sites, s.tail)
-    seg = lambda t: eqns[sites[t] + 1 : ends[t]]
-    has_next = lambda t: t + 1 < k or s.tail is not None
-    seg_r, seg_j = seg(r), seg(j)
-    partial = s.tail is not None and j == k - 1 and r + 1 < k
-    partial = partial and len(seg_j) < len(seg_r)
-    if partial:
-        extra = range(sites[r] + 1 + len(seg_j), ends[r])
-        if not extra_safe(jaxpr, extra, s.consumers, sites[r + 1]):
-            return None
-    elif len(seg_r) != len(seg_j) or has_next(r) != has_next(j):
+    if not _comparable(jaxpr, s, r, j):
         return None
-    mapping: dict[Any, Any] = {}
-    unset: dict[Any, int] = {}  # r's slot variables that j starts without
-    starts = {} if init is None else init
-    for p, (a, b) in enumerate(zip(s.reads[j], s.reads[r])):
-        if a is None and b is not None and init is not None:
-            unset[b] = p
-        elif (a is None) != (b is None):
-            return None
-        elif a is not None:
-            mapping[a] = b
-    for a, b in zip(eqns[sites[j]].outvars, eqns[sites[r]].outvars):
-        mapping[a] = b
-    literals: dict = {}
-
-    def start_value(a: Any, b: Any) -> bool:
-        if is_literal(a) and a.aval.dtype == b.aval.dtype:
-            value = ("literal", np.asarray(a.val))
-        elif defined(a) and a not in s.inside and a not in mapping and a.aval == b.aval:
-            value = ("var", a)
-        else:
-            return False
-        old = starts.get(unset[b])
-        if old is not None and not (
-            old[0] == value[0]
-            and (
-                old[1] is value[1]
-                or (value[0] == "literal" and same_value(old[1], value[1]))
-            )
-        ):
-            return False
-        starts[unset[b]] = value
-        return True
-
-    def same(a: Any, b: Any, key: Any) -> bool:
-        if not is_literal(b) and b in unset:
-            return start_value(a, b)
-        if is_literal(a) or is_literal(b):
-            if not (is_literal(a) and is_literal(b)) or a.aval != b.aval:
-                return False
-            literals[key] = (b.val, a.val)
-            return True
-        if a in mapping:
-            return mapping[a] is b
-        return a is b and a not in s.inside
-
-    for i, (e_j, e_r) in enumerate(zip(seg_j, seg_r)):
-        if (
-            e_j.primitive is not e_r.primitive
-            or len(e_j.invars) != len(e_r.invars)
-            or len(e_j.outvars) != len(e_r.outvars)
-            or not _params_equal(e_j.params, e_r.params)
-        ):
-            return None
-        for q, (a, b) in enumerate(zip(e_j.invars, e_r.invars)):
-            if not same(a, b, ("eqn", i, q)):
-                return None
-        for a, b in zip(e_j.outvars, e_r.outvars):
-            if a.aval != b.aval:
-                return None
-            mapping[a] = b
-    if has_next(j):
-        for i, p in enumerate(s.varying):
-            mine = eqns[sites[j + 1]].invars[p] if j + 1 < k else s.last_next[i]
-            theirs = eqns[sites[r + 1]].invars[p] if r + 1 < k else s.last_next[i]
-            if mine is None:  # computed by `r`'s equations the tail lacks
-                continue
-            if theirs is None or not same(mine, theirs, ("next", p)):
-                return None
-    # Step `j` runs `r`'s code under `r`'s names: a slot that holds one of `r`'s
-    # own values (kept for after the loop) would be overwritten with `j`'s.
-    own = {v for eqn in eqns[sites[r] : ends[r]] for v in eqn.outvars}
-    for a, b in zip(s.writes[j], s.writes[r]):
-        if not same(a, b, None) or (j != r and a is b and b in own):
-            return None
-    literals.pop(None, None)
-    return literals
+    match = _start_match(s, r, j, init)
+    if match is None or not _same_code(match, s.segment(j), s.segment(r)):
+        return None
+    if s.has_next(j) and not _same_next(match, s, r, j):
+        return None
+    if not _same_writes(match, s, r, j):
+        return None
+    match.literals.pop(None, None)
+    return match.literals

@@ -6,6 +6,7 @@ from typing import Any
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
+from ..._compat import linear_solve_p
 from ...policies._pinned import carried_record
 from ...policies.calls._session import Session, SolveRecord
 from ...policies.calls._sites import equation_site
@@ -17,7 +18,7 @@ def _has_record(node: Any) -> bool:
 
 def _records_of(eqn: Any) -> list[SolveRecord]:
     """The solve records a `linear_solve` equation's operator carries."""
-    if eqn.primitive.name != "linear_solve" or "treedef" not in eqn.params:
+    if eqn.primitive is not linear_solve_p or "treedef" not in eqn.params:
         return []
     try:
         args = jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])

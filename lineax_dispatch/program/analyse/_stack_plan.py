@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._compat import call_callee
+from ..._jaxpr import is_literal
 from ...policies.decision._cost import batchable
 from ._roll_plan import call_group
-from ._roll_steps import is_literal
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,64 +1,107 @@
-"""Roll: k call sites of one computation in a traced program become one loop body.
+"""The one interpreter of the rewrite: every evaluator of `rewrite/` (the prologue
+and epilogue of a roll or a stack, a rolled step's branch, the batched evaluation
+of a stack, a materialised program, the splicing of inlined calls) runs a jaxpr's
+equations through `eval_eqns`, which reads each equation's inputs (a literal's
+value or the environment's), binds it or hands it to a rule, writes its outputs
+(a dropped one is not written) and, where the caller says which values it reads
+afterwards, drops each other value after the equation that reads it last, as
+`jax.core.eval_jaxpr` does.
 
-The program (a closed jaxpr) is cut at the k calls. The code before the first call
-runs as it is (the prologue); then a `lax.scan` over the k steps calls the
-computation once per step and runs the code between call j and call j+1 as branch
-j of a `lax.switch` on the step number; the code after the last call finishes it
-(the epilogue). The computation is compiled once, inside the loop body, at native
-speed (no host callback).
+It evaluates with `primitive.bind`, so `jax.jit`, `grad`, `jvp` and `vmap` of a
+rewritten program see ordinary JAX operations."""
 
-What the loop carries: the call's varying inputs (those that are not the same
-variable at every call) and the values defined inside the loop that are used at a
-later step or after the loop. Everything defined before the loop (the operator's
-arrays above all) is closed over, never carried or returned by a branch. The step
-number is a counter in the scan's carry that nothing batched reaches, so it stays
-unbatched under `vmap` (a `jnp.arange(k)` as the scan's input would be a table of
-its own to slice at each step, which XLA compiled measurably slower).
-
-Steps whose code is the same up to literal constants (a Python-unrolled loop
-`x = op.mv(c_i * x)`) share one branch and read their literals from a table
-indexed by the step, so such a program becomes a plain loop. The first step, which
-reads no carried value, shares their branch where its code has a literal or a
-value from before the loop in the place of a carried one (the slot starts with it:
-`RollPlan.initial`); the last, which has no next call, where the code after its
-call repeats the beginning of the branch and the rest only computes an unused next
-input (`RollPlan.tail`).
-
-The rewrite is an interpreter: it evaluates the jaxpr's equations with
-`primitive.bind`, so `jax.jit`, `grad`, `jvp` and `vmap` of the rolled program see
-ordinary JAX operations; the reverse pass of the scan is a scan too (rolled)."""
-
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import jax.extend.core as jex
 
 from ..._compat import bind_equation
-from ..analyse._roll_steps import is_literal
+from ..._jaxpr import is_literal
 
 
-def eval_eqns(eqns: Sequence[Any], env: dict, literal: Callable | None = None) -> None:
+# `literal(i, q, atom)`: the value of the literal `atom`, input `q` of equation `i`.
+Literal = Callable[[int, int, Any], Any]
+# `rule(i, eqn, invals)`: the outputs of equation `i` (a list), or `None` to bind it.
+Rule = Callable[[int, Any, list], list | None]
+
+
+def read(env: dict, atom: Any, literal: Callable[[Any], Any] | None = None) -> Any:
+    """The value of `atom`: `env[atom]` for a variable, for a literal its value
+    (or `literal(atom)`, where given)."""
+    if not is_literal(atom):
+        return env[atom]
+    return atom.val if literal is None else literal(atom)
+
+
+def write(env: dict, outvars: Sequence[Any], values: Iterable[Any]) -> None:
+    """Sets `env[var] = value` for each output variable that is not dropped."""
+    for var, value in zip(outvars, values):
+        if not isinstance(var, jex.DropVar):
+            env[var] = value
+
+
+def read_by(eqns: Iterable[Any], atoms: Iterable[Any] = ()) -> set:
+    """The variables the equations `eqns` read, and those of `atoms`."""
+    found = {v for v in atoms if not is_literal(v)}
+    found.update(v for eqn in eqns for v in eqn.invars if not is_literal(v))
+    return found
+
+
+def last_reads(eqns: Sequence[Any], keep: Collection[Any]) -> list[list[Any]]:
+    """Per equation of `eqns`, the variables it is the last to read, but those of
+    `keep` (what `jax.core.eval_jaxpr` computes as `last_used`)."""
+    seen = set(keep)
+    last: list[list[Any]] = [[] for _ in eqns]
+    for i in range(len(eqns) - 1, -1, -1):
+        for v in eqns[i].invars:
+            if not is_literal(v) and v not in seen:
+                seen.add(v)
+                last[i].append(v)
+    return last
+
+
+def eval_eqns(
+    eqns: Sequence[Any],
+    env: dict,
+    literal: Literal | None = None,
+    rule: Rule | None = None,
+    keep: Collection[Any] | None = None,
+) -> None:
     """Evaluates `eqns` in order, reading and writing `env` (Var -> value).
-    `literal(i, q, value)`, if given, supplies the value of the literal input `q`
-    of equation `i` (a step's literal read from a table)."""
+
+    **Arguments:**
+
+    - `eqns`: the equations.
+    - `env`: the values of the variables they read from outside; their outputs are
+        added to it.
+    - `literal`: `literal(i, q, atom)`, if given, the value of the literal input
+        `q` of equation `i` (a step's literal read from a table); else its own.
+    - `rule`: `rule(i, eqn, invals)`, if given, the outputs of equation `i` where
+        it is not bound as it is (else `None`).
+    - `keep`: the variables read after `eqns` (their values are kept in `env`);
+        every other value leaves `env` after the equation that reads it last.
+        `None`: all are kept (the whole environment is read afterwards).
+    """
+    last = None if keep is None else last_reads(eqns, keep)
     for i, eqn in enumerate(eqns):
         invals = [
-            (v.val if literal is None else literal(i, q, v.val))
-            if is_literal(v)
-            else env[v]
+            read(env, v) if literal is None or not is_literal(v) else literal(i, q, v)
             for q, v in enumerate(eqn.invars)
         ]
-        outs = bind_equation(eqn, invals)
-        for var, value in zip(eqn.outvars, outs):
-            if not isinstance(var, jex.DropVar):
-                env[var] = value
+        outs = None if rule is None else rule(i, eqn, invals)
+        write(env, eqn.outvars, bind_equation(eqn, invals) if outs is None else outs)
+        if last is not None:
+            for v in last[i]:
+                env.pop(v, None)
 
 
 def prologue(closed: Any, inputs: Sequence[Any], stop: int) -> dict:
     """The environment after running the equations of `closed` before index
-    `stop` on `inputs` (its constants and inputs bound first)."""
+    `stop` on `inputs` (its constants and inputs bound first), holding what the
+    rest of the program reads."""
     jaxpr = closed.jaxpr
     env: dict = dict(zip(jaxpr.constvars, closed.consts))
     env.update(zip(jaxpr.invars, inputs))
-    eval_eqns(jaxpr.eqns[:stop], env)
+    keep = read_by(jaxpr.eqns[stop:], jaxpr.outvars)
+    eval_eqns(jaxpr.eqns[:stop], env, keep=keep)
     return env

@@ -5,19 +5,29 @@ arrays are defined), and each site becomes a matrix-vector product."""
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.extend.core as jex
-import jax.flatten_util as jfu
-import jax.lax as lax
-import jax.numpy as jnp
 
 from ..._compat import bind_equation
-from ...policies._dense import _flat_spec, dense_mv
-from ._interpret import eval_eqns, prologue
+from ..._jaxpr import specs_of
+from ...policies._dense import dense_mv, matrix_of
+from ._interpret import eval_eqns, prologue, read, read_by
 
 
-def _specs(avals: Sequence[Any]) -> list[jax.ShapeDtypeStruct]:
-    return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+def _site_rule(sites: set[int], start: int, matrix: Any, arrays: int, specs) -> Any:
+    """The interpreter's rule for the equations from index `start` on: each call at
+    `sites` applied as `matrix` (its vector: the call's inputs after the first
+    `arrays`), its outputs of the dtypes of `specs`; the others bound."""
+
+    def rule(i: int, eqn: Any, invals: list) -> list | None:
+        if start + i not in sites:
+            return None
+        outs = dense_mv(matrix, invals[arrays:], specs)
+        return [
+            value if isinstance(var, jex.DropVar) else value.astype(spec.dtype)
+            for var, value, spec in zip(eqn.outvars, outs, specs)
+        ]
+
+    return rule
 
 
 def materialised_function(
@@ -41,44 +51,21 @@ def materialised_function(
     A function `(*inputs) -> list of outputs`.
     """
     jaxpr = closed.jaxpr
-    eqns = jaxpr.eqns
-    sites = sorted(sites)
-    call = eqns[sites[0]]
-    in_specs = _specs([v.aval for v in call.invars[arrays:]])
-    out_specs = _specs([v.aval for v in call.outvars])
-    flat_in, unravel_in = _flat_spec(in_specs)
-    size = flat_in.size
-    site_set = set(sites)
-
-    def read(env: dict, v: Any) -> Any:
-        return v.val if isinstance(v, jex.Literal) else env[v]
+    start = min(sites)
+    call = jaxpr.eqns[start]
+    in_specs = specs_of(call.invars[arrays:])
+    out_specs = specs_of(call.outvars)
 
     def run(*inputs):
-        env = prologue(closed, inputs, sites[0])
+        env = prologue(closed, inputs, start)
         fixed = [read(env, v) for v in call.invars[:arrays]]
-
-        def column(index):
-            # The basis vector is made inside the chunk: no identity in memory.
-            basis = (jnp.arange(size) == index).astype(flat_in.dtype)
-            outs = bind_equation(call, [*fixed, *unravel_in(basis)])
-            return jfu.ravel_pytree(outs)[0]
-
-        indices = jnp.arange(size)
-        if batch_size is None or batch_size >= size:
-            columns = jax.vmap(column)(indices)
-        else:
-            columns = lax.map(column, indices, batch_size=batch_size)
-        matrix = columns.T
-        for index in range(sites[0], len(eqns)):
-            eqn = eqns[index]
-            if index not in site_set:
-                eval_eqns([eqn], env)
-                continue
-            vector = [read(env, v) for v in eqn.invars[arrays:]]
-            outs = dense_mv(matrix, vector, out_specs)
-            for var, value, spec in zip(eqn.outvars, outs, out_specs):
-                if not isinstance(var, jex.DropVar):
-                    env[var] = value.astype(spec.dtype)
+        mv = lambda vector: bind_equation(call, [*fixed, *vector])
+        # The matrix is built where the operator's arrays are defined: before the
+        # first site.
+        matrix = matrix_of(mv, in_specs, batch_size)
+        rule = _site_rule(set(sites), start, matrix, arrays, out_specs)
+        keep = read_by((), jaxpr.outvars)
+        eval_eqns(jaxpr.eqns[start:], env, rule=rule, keep=keep)
         return [read(env, v) for v in jaxpr.outvars]
 
     return run

@@ -11,8 +11,10 @@ from typing import Any
 import equinox.internal as eqxi
 import jax
 import jax.extend.core as jex
+import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee, outlined_call, XLA_OUTLINE
+from ..._jaxpr import specs_of
 from ...policies._outline import _AbstractMv, JaxprMv
 
 
@@ -29,19 +31,14 @@ def outlined_callee(callee: Any, arrays: int) -> Any:
 
     A `ClosedJaxpr` with the same inputs and outputs.
     """
-    structure = tuple(
-        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.outvars
-    )
+    structure = tuple(specs_of(callee.jaxpr.outvars))
     abstract = _AbstractMv(structure)
 
     def outlined(*flat):
         mv = JaxprMv(tuple(flat[:arrays]), callee)
         return list(eqxi.noinline(mv, abstract)(tuple(flat[arrays:])))
 
-    specs = [
-        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in callee.jaxpr.invars
-    ]
-    return jax.make_jaxpr(outlined)(*specs)
+    return jax.make_jaxpr(outlined)(*specs_of(callee.jaxpr.invars))
 
 
 def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
@@ -50,7 +47,7 @@ def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
     eqns = []
     changed = False
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "jit" and call_callee(eqn) is old:
+        if eqn.primitive is prims.jit_p and call_callee(eqn) is old:
             if new is None:
                 eqn = outlined_call(eqn)
             else:

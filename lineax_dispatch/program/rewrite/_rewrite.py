@@ -11,12 +11,13 @@ import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ..._compat import call_callee, weakly_typed
+from ..._jaxpr import specs_of
 from ...policies.calls._marked import is_marked
 from .._decide import Action
 from ..analyse._groups import find_groups
 from ..analyse._roll_plan import plan_roll
-from ..analyse._roll_steps import is_literal
 from ..analyse._stack_plan import plan_stack
+from ._interpret import eval_eqns, read
 from ._materialise import materialised_function
 from ._outline import outline_group
 from ._roll import rolled_function
@@ -89,7 +90,7 @@ def _rewrite(
     closed: Any, actions: dict[Any, Action], loop: str
 ) -> Callable | jex.ClosedJaxpr | None:
     run: Callable | None = None
-    in_avals = [v.aval for v in closed.jaxpr.invars]
+    in_specs = specs_of(closed.jaxpr.invars)
     done: set = set()
     groups = find_groups(closed.jaxpr)
     for key, action in actions.items():
@@ -130,8 +131,7 @@ def _rewrite(
         # Other groups may remain at the top level: look again in the rewritten
         # program (groups whose sites were between the calls are now in the loop).
         # Each pass handles one group, so this ends.
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
-        closed = jax.make_jaxpr(run)(*structs)
+        closed = jax.make_jaxpr(run)(*in_specs)
 
 
 def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
@@ -152,42 +152,53 @@ def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
     jaxpr = closed.jaxpr
     inline = set(sites)
     constvars, consts = list(jaxpr.constvars), list(closed.consts)
-    # Outer variables standing for another atom: a call's outputs, read from
-    # what its callee's equations computed.
-    renamed: dict = {}
+    eqns: list = []
 
-    def read(atom: Any) -> Any:
-        return atom if is_literal(atom) else renamed.get(atom, atom)
+    def rule(index: int, eqn: Any, invars: list) -> list:
+        if index in inline:
+            return _splice(call_callee(eqn), invars, eqns, constvars, consts)
+        changed = any(a is not b for a, b in zip(invars, eqn.invars))
+        eqns.append(eqn.replace(invars=invars) if changed else eqn)
+        return eqn.outvars
 
-    eqns = []
-    for index, eqn in enumerate(jaxpr.eqns):
-        if index not in inline:
-            invars = [read(v) for v in eqn.invars]
-            changed = any(a is not b for a, b in zip(invars, eqn.invars))
-            eqns.append(eqn.replace(invars=invars) if changed else eqn)
-            continue
-        closed_callee = call_callee(eqn)
-        callee = closed_callee.jaxpr
-        env = {inner: read(outer) for inner, outer in zip(callee.invars, eqn.invars)}
-        for inner, value in zip(callee.constvars, closed_callee.consts):
-            env[inner] = jex.Var(inner.aval)
-            constvars.append(env[inner])
-            consts.append(value)
-        for inner_eqn in callee.eqns:
-            invars = [v if is_literal(v) else env[v] for v in inner_eqn.invars]
-            outvars = []
-            for var in inner_eqn.outvars:
-                fresh = jex.DropVar(var.aval) if isinstance(var, jex.DropVar) else None
-                if fresh is None:
-                    fresh = env[var] = jex.Var(var.aval)
-                outvars.append(fresh)
-            eqns.append(inner_eqn.replace(invars=invars, outvars=outvars))
-        for inner, outer in zip(callee.outvars, eqn.outvars):
-            if not isinstance(outer, jex.DropVar):
-                renamed[outer] = inner if is_literal(inner) else env[inner]
-    outvars = [read(v) for v in jaxpr.outvars]
+    # Evaluated on atoms: each outer variable stands for itself, but a call's
+    # outputs, which stand for what its callee's equations computed.
+    env = {v: v for v in [*jaxpr.constvars, *jaxpr.invars]}
+    eval_eqns(jaxpr.eqns, env, _own_atom, rule)
+    outvars = [read(env, v, _same) for v in jaxpr.outvars]
     spliced = jaxpr.replace(constvars=constvars, eqns=eqns, outvars=outvars)
     return jex.ClosedJaxpr(spliced, consts)
+
+
+def _same(atom: Any) -> Any:
+    return atom
+
+
+def _own_atom(i: int, q: int, atom: Any) -> Any:
+    return atom
+
+
+def _splice(closed_callee, invars, eqns: list, constvars: list, consts: list):
+    """Appends to `eqns` the equations of a callee called on the atoms `invars`,
+    with fresh variables (its constants new constants of the program, appended to
+    `constvars` and `consts`); returns the atoms standing for its outputs."""
+    callee = closed_callee.jaxpr
+    env = dict(zip(callee.invars, invars))
+    for inner, value in zip(callee.constvars, closed_callee.consts):
+        env[inner] = jex.Var(inner.aval)
+        constvars.append(env[inner])
+        consts.append(value)
+
+    def fresh(i: int, eqn: Any, inner_invars: list) -> list:
+        outvars = [
+            jex.DropVar(v.aval) if isinstance(v, jex.DropVar) else jex.Var(v.aval)
+            for v in eqn.outvars
+        ]
+        eqns.append(eqn.replace(invars=inner_invars, outvars=outvars))
+        return outvars
+
+    eval_eqns(callee.eqns, env, _own_atom, fresh)
+    return [read(env, v, _same) for v in callee.outvars]
 
 
 def rolled_entry(run: Callable, out_tree: Any) -> Callable:

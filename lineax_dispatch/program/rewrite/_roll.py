@@ -28,6 +28,8 @@ The rewrite is an interpreter: it evaluates the jaxpr's equations with
 `primitive.bind`, so `jax.jit`, `grad`, `jvp` and `vmap` of the rolled program see
 ordinary JAX operations; the reverse pass of the scan is a scan too (rolled)."""
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,52 +39,12 @@ import jax.lax as lax
 import jax.numpy as jnp
 
 from ..._compat import bind_equation
-from ..._explicit_axes import explicit_sharding
 from ..analyse._hoist import Hoisted, split_invariant
 from ..analyse._roll_plan import RollPlan
-from ..analyse._roll_steps import is_literal
-from ._interpret import eval_eqns, prologue
+from ..analyse._roll_steps import stops
+from ._interpret import eval_eqns, prologue, read, read_by, write
+from ._roll_carry import as_aval, at, set_slots, slot_start, table_literal, zeros
 from ._roll_inputs import fresh_inputs
-
-
-def _as_aval(value: Any, aval: Any) -> Any:
-    """`value` with exactly `aval`'s dtype and no weak type, and its sharding where
-    that is on an Explicit mesh axis (part of the type), so that a loop carry has
-    one type whatever branch wrote it."""
-    out = lax.convert_element_type(jnp.asarray(value), aval.dtype)
-    sharding = explicit_sharding(aval)
-    if sharding is not None and explicit_sharding(out) != sharding:
-        out = jax.sharding.reshard(out, sharding)
-    return out
-
-
-def _at(table: jax.Array, j: jax.Array) -> jax.Array:
-    """`table[j]` for a step number `j` known to be in range (no wrap-around of
-    negative indices to compile)."""
-    return lax.dynamic_index_in_dim(
-        table, j, keepdims=False, allow_negative_indices=False
-    )
-
-
-def _table_literal(table: dict, key: Any, j: Any, value: Any, aval: Any) -> Any:
-    """A literal of a branch's code at step `j`: from its table where the steps
-    differ in it, else `value`."""
-    if key not in table:
-        return value
-    return lax.convert_element_type(_at(table[key], j), aval.dtype)
-
-
-def _zeros(aval: Any) -> jax.Array:
-    return jnp.zeros(aval.shape, aval.dtype, out_sharding=explicit_sharding(aval))
-
-
-def _start(start: Any, aval: Any, env: dict) -> jax.Array:
-    """A slot's value before the loop (`RollPlan.initial`)."""
-    if start is None:
-        return _zeros(aval)
-    kind, value = start
-    value = env[value] if kind == "var" else value
-    return _as_aval(jnp.broadcast_to(jnp.asarray(value), aval.shape), aval)
 
 
 def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
@@ -92,8 +54,8 @@ def _hoisted_env(hoisted: Hoisted, call: Any, outer: dict, varying) -> dict:
     env: dict = dict(zip(jaxpr.constvars, hoisted.callee.consts))
     for p, (inner, v) in enumerate(zip(jaxpr.invars, call.invars)):
         if p not in varying:
-            env[inner] = v.val if is_literal(v) else outer[v]
-    eval_eqns(hoisted.before, env)
+            env[inner] = read(outer, v)
+    eval_eqns(hoisted.before, env, keep=read_by(hoisted.inside, jaxpr.outvars))
     return env
 
 
@@ -102,7 +64,7 @@ def call_with(call: Any, env: dict, varying: Sequence[int], args: Sequence[Any])
     positions `varying` given as `args`, the others read from `env` (or their
     literal): a varying input may be a literal at this call (a Python number
     passed to a jitted function) and another at the next."""
-    full = [v.val if is_literal(v) else env[v] for v in call.invars]
+    full = [read(env, v) for v in call.invars]
     for p, value in zip(varying, args):
         full[p] = value
     return bind_equation(call, full)
@@ -114,8 +76,250 @@ def _step_call(hoisted: Hoisted, env: dict, varying, args) -> list:
     jaxpr = hoisted.callee.jaxpr
     local = dict(env)
     local.update((jaxpr.invars[p], value) for p, value in zip(varying, args))
-    eval_eqns(hoisted.inside, local)
-    return [v.val if is_literal(v) else local[v] for v in jaxpr.outvars]
+    eval_eqns(hoisted.inside, local, keep=read_by((), jaxpr.outvars))
+    return [read(local, v) for v in jaxpr.outvars]
+
+
+def _eval_step_code(segment, indices, env: dict, table: dict, j, keep) -> None:
+    """Evaluates the equations of a branch's code `segment` at `indices` (in
+    order), at step `j`: the literals that differ between its steps read from the
+    branch's `table`."""
+
+    def literal(i: int, q: int, atom: Any) -> Any:
+        return table_literal(table, ("eqn", indices[i], q), j, atom.val, atom.aval)
+
+    eval_eqns([segment[i] for i in indices], env, literal, keep=keep)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Roll:
+    """What the rolled program reads of the traced one, worked out once.
+
+    **Fields:**
+
+    - `closed`, `plan`, `loop`: `rolled_function`'s arguments.
+    - `calls`: the k call equations.
+    - `segments`: per step, the code after its call that its branch runs.
+    - `tail`: the index of the program's first equation after the loop.
+    - `hoisted`: the callee's invariant part (`split_invariant`), or `None`.
+    - `kept`: the positions of the last call's outputs read after the loop
+        (carried, the others would be copied at every step for nothing).
+    - `moved`, `skipped`, `fresh`: the inputs computed at the start of each step
+        (`fresh_inputs`).
+    - `carried`: the positions in `plan.varying` of the inputs carried.
+    """
+
+    closed: Any
+    plan: RollPlan
+    loop: str
+    calls: list
+    segments: list
+    tail: int
+    hoisted: Hoisted | None
+    kept: list
+    moved: tuple
+    skipped: frozenset
+    fresh: dict
+    carried: list
+
+    @property
+    def shared(self) -> int:
+        """The branch of the first step (and, where one is, the shared one)."""
+        return self.plan.classes[0]
+
+
+def _analyse(closed: Any, plan: RollPlan, loop: str) -> _Roll:
+    """`rolled_function`'s reading of the program, once for every run."""
+    eqns, sites = closed.jaxpr.eqns, plan.sites
+    calls = [eqns[i] for i in sites]
+    # The last step's code is the `plan.tail` equations after its call (none
+    # unless they repeat the code between two calls).
+    ends = stops(sites, plan.tail)
+    tail = ends[-1]
+    segments = [eqns[start + 1 : end] for start, end in zip(sites, ends)]
+    # The last call's outputs leave the loop only where the code after it reads
+    # them (carried, they would be copied at every step).
+    later = read_by(eqns[tail:], closed.jaxpr.outvars)
+    kept = [p for p, v in enumerate(calls[-1].outvars) if v in later]
+    # Code that only computes the next call's inputs from values of before the
+    # loop runs at the start of the step that reads them (`_roll_inputs.py`).
+    first = plan.representatives[plan.classes[0]]
+    moved, skipped, fresh = fresh_inputs(closed.jaxpr, plan, segments[first], later)
+    carried = [q for q in range(len(plan.varying)) if q not in fresh]
+    # The callee's code that reads only invariant inputs runs once, before the loop.
+    hoisted = split_invariant(calls[0], plan.varying)
+    return _Roll(
+        closed,
+        plan,
+        loop,
+        calls,
+        segments,
+        tail,
+        hoisted,
+        kept,
+        moved,
+        skipped,
+        fresh,
+        carried,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Before:
+    """What a run of the rolled program computed before its loop.
+
+    **Fields:**
+
+    - `outer`: the program's values, closed over by the loop (never carried).
+    - `invariant`: the callee's invariant part's values (`_hoisted_env`), or
+        `None`.
+    - `args0`: the first call's varying inputs.
+    - `tables`: per branch, its literal tables as arrays.
+    - `classes`: per step, its branch, as an array.
+    """
+
+    outer: dict
+    invariant: dict | None
+    args0: list
+    tables: list
+    classes: jax.Array
+
+
+def _before(roll: _Roll, env: dict) -> tuple[_Before, tuple]:
+    """What the loop reads from the prologue's environment `env`, and its first
+    carry `(step, carried inputs, slots, kept outputs)`."""
+    plan, call = roll.plan, roll.calls[0]
+    outer = dict(env)
+    invariant = None
+    if roll.hoisted is not None:
+        invariant = _hoisted_env(roll.hoisted, call, outer, set(plan.varying))
+    args0 = [
+        as_aval(read(env, call.invars[p]), call.invars[p].aval) for p in plan.varying
+    ]
+    starts = plan.initial or (None,) * len(plan.slot_avals)
+    slots0 = [slot_start(x, aval, env) for x, aval in zip(starts, plan.slot_avals)]
+    outs0 = [zeros(call.outvars[p].aval) for p in roll.kept]
+    tables = [
+        {key: jnp.asarray(value) for key, value in table.items()}
+        for table in plan.tables
+    ]
+    before = _Before(outer, invariant, args0, tables, jnp.asarray(plan.classes))
+    carry = (jnp.int32(0), [args0[q] for q in roll.carried], slots0, outs0)
+    return before, carry
+
+
+def _next_args(roll: _Roll, r: int, local: dict, table: dict, j, args) -> list:
+    """The carried inputs of the call after step `r`'s (the last step's own where
+    it has none), read from the branch's values `local` or, a literal, from its
+    table."""
+    if r + 1 == len(roll.calls):
+        return [args[q] for q in roll.carried]
+    nxt = roll.calls[r + 1]
+    out = []
+    for q, p in enumerate(roll.plan.varying):
+        if q in roll.fresh:
+            continue
+        atom = nxt.invars[p]
+        key = ("next", p)
+        value = read(local, atom, lambda a: table_literal(table, key, j, a.val, a.aval))
+        out.append(as_aval(value, atom.aval))
+    return out
+
+
+def _branch(roll: _Roll, before: _Before, c: int, j, args, slots, outs) -> tuple:
+    """Branch `c`'s code at step `j` (the code after the call of its
+    representative step), from the step's inputs `args`, the carried `slots` and
+    the call's outputs `outs`: the next inputs carried and the new slots."""
+    plan = roll.plan
+    r = plan.representatives[c]
+    segment = roll.segments[r]
+    local = dict(before.outer)
+    set_slots(local, plan.reads[r], slots)
+    write(local, roll.calls[r].outvars, outs)
+    keep = set(plan.writes[r])
+    if r + 1 < len(roll.calls):
+        keep |= read_by((), [roll.calls[r + 1].invars[p] for p in plan.varying])
+    indices = range(len(segment))
+    if roll.skipped and c == roll.shared:
+        indices = [i for i in indices if i not in roll.skipped]
+    _eval_step_code(segment, indices, local, before.tables[c], j, keep)
+    new_slots = [
+        as_aval(local[var], aval) if var in local else old
+        for var, old, aval in zip(plan.writes[r], slots, plan.slot_avals)
+    ]
+    return _next_args(roll, r, local, before.tables[c], j, args), new_slots
+
+
+def _step_inputs(roll: _Roll, before: _Before, j, carried_args) -> list:
+    """Step `j`'s inputs: the carried ones, and the fresh ones computed here with
+    the previous step's literals (the first step's from before the loop)."""
+    args = dict(zip(roll.carried, carried_args))
+    if roll.fresh:
+        prev = jnp.maximum(j - 1, 0)
+        segment = roll.segments[roll.plan.representatives[roll.shared]]
+        local = dict(before.outer)
+        table = before.tables[roll.shared]
+        fresh = roll.fresh
+        _eval_step_code(segment, roll.moved, local, table, prev, set(fresh.values()))
+        varying, call = roll.plan.varying, roll.calls[0]
+        for q, var in fresh.items():
+            aval = call.invars[varying[q]].aval
+            args[q] = jnp.where(j == 0, before.args0[q], as_aval(local[var], aval))
+    return [args[q] for q in range(len(roll.plan.varying))]
+
+
+def _body(roll: _Roll, before: _Before, carry: tuple, _: Any = None) -> tuple:
+    """One step of the loop: the call, then its branch's code."""
+    j, carried_args, slots, _ = carry
+    args = _step_inputs(roll, before, j, carried_args)
+    # The one call site of the computation.
+    call, varying = roll.calls[0], roll.plan.varying
+    if roll.hoisted is None:
+        values = call_with(call, before.outer, varying, args)
+    else:
+        assert before.invariant is not None
+        values = _step_call(roll.hoisted, before.invariant, varying, args)
+    outs = [
+        as_aval(value, v.aval) if not isinstance(v, jex.DropVar) else zeros(v.aval)
+        for v, value in zip(call.outvars, values)
+    ]
+    branches = [
+        functools.partial(_branch, roll, before, c)
+        for c in range(len(roll.plan.representatives))
+    ]
+    if len(branches) == 1:
+        new_args, new_slots = branches[0](j, args, slots, outs)
+    else:
+        new_args, new_slots = lax.switch(
+            at(before.classes, j), branches, j, args, slots, outs
+        )
+    return (j + 1, new_args, new_slots, [outs[p] for p in roll.kept]), None
+
+
+def _loop(roll: _Roll, before: _Before, carry: tuple) -> tuple:
+    """The loop's last carry: a `lax.scan` over the k steps, or (`loop="while"`)
+    a `lax.while_loop` on the step counter."""
+    body = functools.partial(_body, roll, before)
+    k = len(roll.calls)
+    if roll.loop == "while":
+        return lax.while_loop(lambda c: c[0] < k, lambda c: body(c)[0], carry)
+    last, _ = lax.scan(body, carry, None, length=k)
+    return last
+
+
+def _epilogue(roll: _Roll, before: _Before, last: tuple) -> list:
+    """The program's outputs: its code after the loop run on the loop's last
+    carry."""
+    _, last_args, slots, outs = last
+    plan, jaxpr = roll.plan, roll.closed.jaxpr
+    args = dict(zip(roll.carried, last_args))
+    env = dict(before.outer)
+    set_slots(env, plan.writes[-1], slots)
+    env.update(zip([roll.calls[-1].outvars[p] for p in roll.kept], outs))
+    # The last step's next inputs, where the program reads them after it.
+    env.update((v, args[q]) for q, v in enumerate(plan.last_next) if v is not None)
+    eval_eqns(jaxpr.eqns[roll.tail :], env, keep=read_by((), jaxpr.outvars))
+    return [read(env, v) for v in jaxpr.outvars]
 
 
 def rolled_function(closed: Any, plan: RollPlan, loop: str = "scan") -> Callable:
@@ -135,168 +339,11 @@ def rolled_function(closed: Any, plan: RollPlan, loop: str = "scan") -> Callable
 
     A function `(*inputs) -> list of outputs`.
     """
-    jaxpr = closed.jaxpr
-    eqns = jaxpr.eqns
-    sites, varying = plan.sites, plan.varying
-    k = len(sites)
-    calls = [eqns[i] for i in sites]
-    call = calls[0]
-    # The last step's code is the `plan.tail` equations after its call (none
-    # unless they repeat the code between two calls).
-    tail = sites[-1] + 1 + (plan.tail or 0)
-    segments = [
-        eqns[sites[j] + 1 : sites[j + 1] if j + 1 < k else tail] for j in range(k)
-    ]
-
-    # The callee's code that reads only invariant inputs runs once, before the loop.
-    hoisted = split_invariant(call, varying)
-    # The last call's outputs leave the loop only where the code after it reads
-    # them (carried, they would be copied at every step).
-    later = {v for e in eqns[tail:] for v in e.invars if not is_literal(v)}
-    later.update(v for v in jaxpr.outvars if not is_literal(v))
-    out_vars = [v for v in calls[-1].outvars if v in later]
-    kept = [p for p, v in enumerate(calls[-1].outvars) if v in later]
-    # Code that only computes the next call's inputs from values of before the
-    # loop runs at the start of the step that reads them (`_roll_inputs.py`).
-    shared = plan.classes[0]
-    first = plan.representatives[shared]
-    moved, skipped, fresh = fresh_inputs(jaxpr, plan, segments[first], later)
-    carried = [q for q in range(len(varying)) if q not in fresh]
-
-    def read(env: dict, v: Any) -> Any:
-        return v.val if is_literal(v) else env[v]
+    roll = _analyse(closed, plan, loop)
 
     def run(*inputs):
-        env = prologue(closed, inputs, sites[0])
-        outer = dict(env)  # closed over by the loop: never carried
-        if hoisted is not None:
-            invariant = _hoisted_env(hoisted, call, outer, set(varying))
-        args0 = [
-            _as_aval(read(env, call.invars[p]), call.invars[p].aval) for p in varying
-        ]
-        starts = plan.initial or (None,) * len(plan.slot_avals)
-        slots0 = [_start(x, aval, env) for x, aval in zip(starts, plan.slot_avals)]
-        outs0 = [_zeros(call.outvars[p].aval) for p in kept]
-        tables = [
-            {key: jnp.asarray(value) for key, value in table.items()}
-            for table in plan.tables
-        ]
-
-        def branch(c: int) -> Callable:
-            r = plan.representatives[c]
-            table = tables[c]
-            segment = segments[r]
-
-            def literal_at(j, key, value, aval):
-                return _table_literal(table, key, j, value, aval)
-
-            def go(j, args, slots, outs):
-                local = dict(outer)
-                for var, value in zip(plan.reads[r], slots):
-                    if var is not None:
-                        local[var] = value
-                for var, value in zip(calls[r].outvars, outs):
-                    if not isinstance(var, jex.DropVar):
-                        local[var] = value
-
-                def literal(i, q, value):
-                    return literal_at(
-                        j, ("eqn", i, q), value, segment[i].invars[q].aval
-                    )
-
-                if skipped and c == shared:
-                    run = [i for i in range(len(segment)) if i not in skipped]
-                    eval_eqns(
-                        [segment[i] for i in run],
-                        local,
-                        lambda i, q, v: literal(run[i], q, v),
-                    )
-                else:
-                    eval_eqns(segment, local, literal)
-                if r + 1 < k:
-                    nxt = calls[r + 1]
-                    args = [
-                        _as_aval(
-                            literal_at(
-                                j, ("next", p), nxt.invars[p].val, nxt.invars[p].aval
-                            )
-                            if is_literal(nxt.invars[p])
-                            else local[nxt.invars[p]],
-                            nxt.invars[p].aval,
-                        )
-                        for q, p in enumerate(varying)
-                        if q not in fresh
-                    ]
-                else:  # the last step: no next call
-                    args = [args[q] for q in carried]
-                new_slots = [
-                    _as_aval(local[var], aval) if var in local else old
-                    for var, old, aval in zip(plan.writes[r], slots, plan.slot_avals)
-                ]
-                return list(args), new_slots
-
-            return go
-
-        branches = [branch(c) for c in range(len(plan.representatives))]
-        classes = jnp.asarray(plan.classes)
-
-        def step_inputs(j, carried_args):
-            """This step's inputs: the carried ones, and the fresh ones computed
-            here with the previous step's literals (the first step's from before
-            the loop)."""
-            args = dict(zip(carried, carried_args))
-            if fresh:
-                prev = jnp.maximum(j - 1, 0)
-                segment = segments[first]
-                local = dict(outer)
-
-                def literal(i, q, value):
-                    aval = segment[moved[i]].invars[q].aval
-                    key = ("eqn", moved[i], q)
-                    return _table_literal(tables[shared], key, prev, value, aval)
-
-                eval_eqns([segment[i] for i in moved], local, literal)
-                for q, var in fresh.items():
-                    aval = call.invars[varying[q]].aval
-                    args[q] = jnp.where(j == 0, args0[q], _as_aval(local[var], aval))
-            return [args[q] for q in range(len(varying))]
-
-        def body(carry, _):
-            j, carried_args, slots, _ = carry
-            args = step_inputs(j, carried_args)
-            # The one call site of the computation.
-            if hoisted is None:
-                values = call_with(call, outer, varying, args)
-            else:
-                values = _step_call(hoisted, invariant, varying, args)
-            outs = [
-                _as_aval(value, v.aval)
-                if not isinstance(v, jex.DropVar)
-                else _zeros(v.aval)
-                for v, value in zip(call.outvars, values)
-            ]
-            if len(branches) == 1:
-                new_args, new_slots = branches[0](j, args, slots, outs)
-            else:
-                new_args, new_slots = lax.switch(
-                    _at(classes, j), branches, j, args, slots, outs
-                )
-            return (j + 1, new_args, new_slots, [outs[p] for p in kept]), None
-
-        carry = (jnp.int32(0), [args0[q] for q in carried], slots0, outs0)
-        if loop == "while":
-            _, last, slots, outs = lax.while_loop(
-                lambda c: c[0] < k, lambda c: body(c, None)[0], carry
-            )
-        else:
-            (_, last, slots, outs), _ = lax.scan(body, carry, None, length=k)
-        args = dict(zip(carried, last))
-        env = dict(outer)
-        env.update((v, x) for v, x in zip(plan.writes[-1], slots) if v is not None)
-        env.update(zip(out_vars, outs))
-        # The last step's next inputs, where the program reads them after it.
-        env.update((v, args[q]) for q, v in enumerate(plan.last_next) if v is not None)
-        eval_eqns(eqns[tail:], env)
-        return [read(env, v) for v in jaxpr.outvars]
+        env = prologue(closed, inputs, plan.sites[0])
+        before, carry = _before(roll, env)
+        return _epilogue(roll, before, _loop(roll, before, carry))
 
     return run

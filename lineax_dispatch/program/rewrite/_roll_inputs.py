@@ -11,8 +11,8 @@ benchmark's nested-jit case), a measurably faster compile."""
 from collections.abc import Sequence
 from typing import Any
 
+from ..._jaxpr import defined, is_literal
 from ..analyse._roll_plan import RollPlan
-from ..analyse._roll_steps import defined, is_literal
 
 
 def fresh_inputs(
@@ -82,7 +82,20 @@ def step_start_inputs(
     `{q: variable}` for each varying input (by its index `q` in `varying`) that
     the moved ones compute.
     """
-    # Equations free of effects computing from `before`, literals and each other.
+    chosen = _from_before(segment, before)
+    _drop_kept(segment, chosen, keep)
+    made = {v for i in chosen for v in segment[i].outvars if defined(v)}
+    fresh = {
+        q: next_call.invars[p]
+        for q, p in enumerate(varying)
+        if not is_literal(next_call.invars[p]) and next_call.invars[p] in made
+    }
+    return _needed(segment, chosen, fresh), frozenset(chosen), fresh
+
+
+def _from_before(segment: Sequence[Any], before: set) -> set[int]:
+    """The indices of the equations of `segment` free of effects that compute
+    from `before`, literals and each other."""
     chosen: set[int] = set()
     made: set = set()
     for i, eqn in enumerate(segment):
@@ -91,8 +104,13 @@ def step_start_inputs(
         if all(is_literal(v) or v in before or v in made for v in eqn.invars):
             chosen.add(i)
             made.update(v for v in eqn.outvars if defined(v))
-    # Drop those whose values stay (`keep`) or something else reads, and with each
-    # dropped one the chosen ones feeding it and those it feeds (a worklist).
+    return chosen
+
+
+def _drop_kept(segment: Sequence[Any], chosen: set[int], keep: set) -> None:
+    """Removes from `chosen` those whose values stay (`keep`) or something else
+    reads, and with each removed one the chosen ones feeding it and those it feeds
+    (a worklist)."""
     producer = {v: i for i in chosen for v in segment[i].outvars if defined(v)}
     readers: dict[int, list[int]] = {}
     for i, eqn in enumerate(segment):
@@ -110,17 +128,15 @@ def step_start_inputs(
             if not is_literal(v) and v in producer
         ]
         dropped += [m for m in feeding + readers.get(i, []) if m in chosen]
-    made = {v for i in chosen for v in segment[i].outvars if defined(v)}
-    fresh = {
-        q: next_call.invars[p]
-        for q, p in enumerate(varying)
-        if not is_literal(next_call.invars[p]) and next_call.invars[p] in made
-    }
-    # Only what the fresh inputs need.
+
+
+def _needed(segment: Sequence[Any], chosen: set[int], fresh: dict) -> tuple:
+    """The indices (in order) of the `chosen` equations that the `fresh` inputs
+    need."""
     needed = set(fresh.values())
     moved: list[int] = []
     for i in sorted(chosen, reverse=True):
         if any(v in needed for v in segment[i].outvars):
             moved.append(i)
             needed.update(v for v in segment[i].invars if not is_literal(v))
-    return tuple(sorted(moved)), frozenset(chosen), fresh
+    return tuple(sorted(moved))

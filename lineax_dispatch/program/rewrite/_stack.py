@@ -6,12 +6,10 @@ together as matrix-matrix products, as fast as XLA's inlined and merged ones."""
 from collections.abc import Callable
 from typing import Any
 
-import jax.extend.core as jex
 import jax.numpy as jnp
 
-from ..analyse._roll_steps import is_literal
 from ..analyse._stack_plan import StackPlan
-from ._interpret import eval_eqns, prologue
+from ._interpret import eval_eqns, prologue, read, read_by, write
 from ._stack_layout import stacked_call
 
 
@@ -33,13 +31,12 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
     sites, varying = plan.sites, plan.varying
     calls = [eqns[i] for i in sites]
     call = calls[0]
-
-    def read(env: dict, v: Any) -> Any:
-        return v.val if is_literal(v) else env[v]
+    after = [eqns[i] for i in plan.after] + list(eqns[sites[-1] + 1 :])
 
     def run(*inputs):
         env = prologue(closed, inputs, sites[0])
-        eval_eqns([eqns[i] for i in plan.before], env)
+        keep = read_by(calls + after, jaxpr.outvars)
+        eval_eqns([eqns[i] for i in plan.before], env, keep=keep)
         stacked = [
             jnp.stack([jnp.asarray(read(env, c.invars[p])) for c in calls])
             for p in varying
@@ -47,11 +44,8 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
         values = [read(env, v) for v in call.invars]
         outs = stacked_call(call, values, varying, stacked)
         for j, c in enumerate(calls):
-            for v, value in zip(c.outvars, outs):
-                if not isinstance(v, jex.DropVar) and value is not None:
-                    env[v] = value[j]
-        eval_eqns([eqns[i] for i in plan.after], env)
-        eval_eqns(eqns[sites[-1] + 1 :], env)
+            write(env, c.outvars, [None if x is None else x[j] for x in outs])
+        eval_eqns(after, env, keep=read_by((), jaxpr.outvars))
         return [read(env, v) for v in jaxpr.outvars]
 
     return run

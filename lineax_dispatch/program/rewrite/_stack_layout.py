@@ -14,6 +14,7 @@ batched operand (O(k n)) and the product (O(k m)) are transposed, never the
 weight."""
 
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import jax
@@ -23,10 +24,10 @@ import jax.lax as lax
 import jax.numpy as jnp
 
 from ..._compat import bind_equation, call_callee
-from ..analyse._roll_steps import is_literal
+from ._interpret import eval_eqns, read, read_by
 
 
-# Calls whose callee is evaluated here, inline (its products batched by the rule
+# Calls whose callee is evaluated here, inline (its products batched by the rules
 # below too): a nested `jax.jit`.
 _CALLS = frozenset({prims.jit_p})
 
@@ -57,7 +58,7 @@ def _batched_index(dim: int, bdim: int) -> int:
 def _dot(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
     """The `dot_general` `eqn` with exactly one batched operand, as a plain
     matrix-matrix product with the unbatched operand in its own layout: a pair
-    `(output, output batch axis)`, or `None` where the rule does not apply (both
+    `([output], [output batch axis])`, or `None` where the rule does not apply (both
     or neither operand batched, dot batch dimensions, an unbatched operand
     contracted on middle axes)."""
     (contract_l, contract_r), (batch_l, batch_r) = eqn.params["dimension_numbers"]
@@ -111,13 +112,13 @@ def _dot(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
     perm = wanted + [batch] if u_left else [batch] + wanted
     if perm != list(range(len(perm))):
         out = lax.transpose(out, perm)
-    return out, (len(perm) - 1 if u_left else 0)
+    return [out], [len(perm) - 1 if u_left else 0]
 
 
 def _elementwise(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
     """The elementwise equation `eqn` with its batched operands' batch axis kept
     (the last one's if any has it last, else the first batched operand's): a pair
-    `(outputs, batch axis)`, or `None` where an operand's shape is not the
+    `(outputs, their batch axes)`, or `None` where an operand's shape is not the
     output's (a scalar operand: JAX's rule)."""
     shape = tuple(eqn.outvars[0].aval.shape)
     if any(tuple(v.aval.shape) != shape for v in [*eqn.invars, *eqn.outvars]):
@@ -133,7 +134,8 @@ def _elementwise(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
         else (v if d == target else jnp.moveaxis(v, d, target))
         for v, d in zip(values, bdims)
     ]
-    return bind_equation(eqn, operands), target
+    outs = bind_equation(eqn, operands)
+    return outs, [target] * len(outs)
 
 
 def _fallback(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> list:
@@ -149,6 +151,42 @@ def _fallback(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> list:
 
     axes = tuple(bdims[i] for i in batched)
     return jax.vmap(one, in_axes=axes)(*(values[i] for i in batched))
+
+
+def _call(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]) -> Any:
+    """A call (`_CALLS`) without effects, its callee evaluated here: a pair
+    `(outputs, their batch axes)`, or `None` where it has effects."""
+    if eqn.effects:
+        return None
+    callee = call_callee(eqn)
+    return batched_eval(callee.jaxpr, callee.consts, values, bdims)
+
+
+# The rules by primitive: each gives `(outputs, their batch axes)`, or `None` where
+# it does not apply (then JAX's rule, `_fallback`).
+_RULES = MappingProxyType(
+    {prims.dot_general_p: _dot}
+    | {p: _elementwise for p in _ELEMENTWISE}
+    | {p: _call for p in _CALLS}
+)
+
+
+def _batched_equation(eqn: Any, values: Sequence[Any], bdims: Sequence[Any]):
+    """The outputs of `eqn` on `values`, batched on the axes `bdims` (`None`: not
+    batched), and their batch axes."""
+    if all(d is None for d in bdims):
+        outs = bind_equation(eqn, list(values))
+        return outs, [None] * len(outs)
+    rule = _RULES.get(eqn.primitive)
+    done = None if rule is None else rule(eqn, values, bdims)
+    if done is not None:
+        return done
+    outs = _fallback(eqn, values, bdims)
+    return outs, [0] * len(outs)
+
+
+def _unbatched(atom: Any) -> tuple:
+    return atom.val, None
 
 
 def batched_eval(
@@ -168,37 +206,19 @@ def batched_eval(
 
     The outputs and, per output, its batch axis or `None`.
     """
-    env: dict = {}
-    for v, c in zip(jaxpr.constvars, consts):
-        env[v] = (c, None)
-    for v, a, d in zip(jaxpr.invars, args, bdims):
-        env[v] = (a, d)
+    # The environment holds `(value, batch axis)` pairs.
+    env: dict = {v: (c, None) for v, c in zip(jaxpr.constvars, consts)}
+    env.update((v, (a, d)) for v, a, d in zip(jaxpr.invars, args, bdims))
 
-    def read(v):
-        return (v.val, None) if is_literal(v) else env[v]
+    def rule(i: int, eqn: Any, invals: list) -> list:
+        values, dims = zip(*invals) if invals else ((), ())
+        outs, out_dims = _batched_equation(eqn, values, dims)
+        return list(zip(outs, out_dims))
 
-    for eqn in jaxpr.eqns:
-        values, dims = zip(*(read(v) for v in eqn.invars)) if eqn.invars else ((), ())
-        if all(d is None for d in dims):
-            outs, out_dims = bind_equation(eqn, list(values)), None
-        elif eqn.primitive is prims.dot_general_p and (done := _dot(eqn, values, dims)):
-            outs, out_dims = [done[0]], [done[1]]
-        elif eqn.primitive in _ELEMENTWISE and (
-            done := _elementwise(eqn, values, dims)
-        ):
-            outs, out_dims = done[0], [done[1]] * len(done[0])
-        elif eqn.primitive in _CALLS and not eqn.effects:
-            callee = call_callee(eqn)
-            outs, out_dims = batched_eval(callee.jaxpr, callee.consts, values, dims)
-        else:
-            outs, out_dims = _fallback(eqn, values, dims), None
-            out_dims = [0] * len(outs)
-        if out_dims is None:
-            out_dims = [None] * len(outs)
-        for v, value, d in zip(eqn.outvars, outs, out_dims):
-            if not isinstance(v, jex.DropVar):
-                env[v] = (value, d)
-    results = [read(v) for v in jaxpr.outvars]
+    literal = lambda i, q, atom: _unbatched(atom)
+    keep = read_by((), jaxpr.outvars)
+    eval_eqns(jaxpr.eqns, env, literal, rule, keep)
+    results = [read(env, v, _unbatched) for v in jaxpr.outvars]
     return [r[0] for r in results], [r[1] for r in results]
 
 
