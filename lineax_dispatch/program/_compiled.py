@@ -1,6 +1,6 @@
 """What `lxd.jit` keeps per signature of its arguments (`Compiled`), and the two
-forms of its program: the trace itself where nothing was rewritten (`AsTraced`),
-or the rewritten program (`Rewritten`), lowered and called as `jax.jit` would."""
+forms of its program: the trace itself where nothing was rewritten (`_AsTraced`),
+or the rewritten program (`_Rewritten`), lowered and called as `jax.jit` would."""
 
 import functools
 from collections.abc import Callable
