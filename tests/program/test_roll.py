@@ -226,12 +226,12 @@ def test_a_program_compiled_as_it_is_rolls_into_a_while_loop():
     _close(jitted(x), jax.jit(f)(x))
     (entry,) = jitted._compiled.values()
     program = entry.program
-    assert set(program._jitted) == {"while"}
-    names = _primitive_names(program._jitted["while"].trace(x).jaxpr.jaxpr)
+    assert set(program.jaxprs) == {"while"}
+    names = _primitive_names(program.jaxprs["while"].jaxpr)
     assert "while" in names and "scan" not in names
     loss = lambda g: lambda x: jnp.sum(g(x) ** 2)
     _close(jax.grad(loss(jitted))(x), jax.jit(jax.grad(loss(f)))(x))
-    assert set(program._jitted) == {"while", "scan"}
+    assert set(program.jaxprs) == {"while", "scan"}
     assert "scan" in _primitive_names(jax.make_jaxpr(jitted)(x).jaxpr)
 
 

@@ -1,17 +1,16 @@
-"""The program rewrite of `lxd.jit`: apply each group's action (see `_program.py`)
-to the traced program: roll or stack its top-level call sites (`_roll.py`,
-`_stack.py`), share one matrix between them (`_program_materialise.py`), or call
-one out-of-line `mv` from every site (`_program_outline.py`)."""
+"""The program rewrite of `lxd.jit`: apply each group's action (see
+`program/_decide.py`) to the traced program: roll or stack its top-level call
+sites (`_roll.py`, `_stack.py`), share one matrix between them
+(`_materialise.py`), call one out-of-line `mv` from every site (`_outline.py`),
+or put the calls inline. Each step gives a program (a `ClosedJaxpr`) again."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core as jex
-import jax.tree_util as jtu
 
 from ..._compat import call_callee, weakly_typed
-from ..._jaxpr import specs_of
 from ...policies.calls._marked import is_marked
 from .._decide import Action
 from ..analyse._groups import find_groups
@@ -45,12 +44,8 @@ def _apply(closed: Any, action: Action, sites: list[int], loop: str) -> Callable
 
 def rewrite_program(
     closed: Any, actions: dict[Any, Action], loop: str = "scan"
-) -> Callable | jex.ClosedJaxpr | None:
-    """`closed` with every group's action applied to its top-level call sites, as a
-    function of its flat inputs returning its flat outputs; where the only change
-    is calls put inline, the program itself with the callees' equations in place of
-    the calls (a `ClosedJaxpr`: nothing to trace again); `None` if nothing was
-    rewritten.
+) -> jex.ClosedJaxpr:
+    """`closed` with every group's action applied to its top-level call sites.
 
     **Arguments:**
 
@@ -62,12 +57,65 @@ def rewrite_program(
 
     **Returns:**
 
-    A function, a `ClosedJaxpr`, or `None`.
+    A `ClosedJaxpr` with `closed`'s inputs and outputs (their avals, weak types
+    and shardings included); `closed` itself where nothing was rewritten.
     """
-    run = _rewrite(closed, actions, loop)
-    if callable(run):
-        return keep_weak_types(run, [v.aval for v in closed.jaxpr.outvars])
-    return run
+    done: set = set()
+    groups = find_groups(closed.jaxpr)
+    for key, action in actions.items():
+        if action.kind == "outline" and key in groups:
+            # Every site, at any depth, through one out-of-line call; the
+            # equations stay where they are (a group rolled below is another's).
+            closed = outline_group(closed, groups[key].callee, action.arrays)
+            done.add(key)
+    while True:
+        pending, inline = _pending(closed, actions, done)
+        rewrite = None
+        for key, sites in pending:
+            done.add(key)
+            rewrite = _apply(closed, actions[key], sites, loop)
+            if rewrite is not None:
+                break
+        if rewrite is None:
+            # The groups applied inline: last, together, in the program as it
+            # then is (not worth a trace of the rewritten program of their own).
+            return inlined_jaxpr(closed, inline) if inline else closed
+        closed = traced_as(rewrite, closed)
+        if all(key in done for key, _ in pending):
+            return closed  # no other group to look for
+        # Other groups may remain at the top level: look again in the rewritten
+        # program (groups whose sites were between the calls are now in the loop).
+        # Each pass handles one group, so this ends.
+
+
+def _pending(
+    closed: Any, actions: dict[Any, Action], done: set
+) -> tuple[list[tuple[Any, list[int]]], list[int]]:
+    """The groups of `closed`'s top level still to rewrite, largest first (their
+    loops take the code of the others in), and the sites of those applied inline."""
+    pending = [
+        (key, group.sites)
+        for key, group in find_groups(closed.jaxpr).items()
+        if key in actions and key not in done and group.sites
+    ]
+    inline = sorted(s for k, g in pending if actions[k].kind == "inline" for s in g)
+    pending = [item for item in pending if actions[item[0]].kind != "inline"]
+    pending.sort(key=lambda item: len(item[1]), reverse=True)
+    return pending, inline
+
+
+def traced_as(run: Callable, closed: Any) -> jex.ClosedJaxpr:
+    """`run`, a function of `closed`'s flat inputs returning its flat outputs,
+    traced at `closed`'s input avals (weak types and shardings included), with each
+    output `closed` has weakly typed weakly typed again (see `keep_weak_types`):
+    a program `jax.jit` can lower in place of `closed`."""
+    specs = [
+        jax.ShapeDtypeStruct(
+            a.shape, a.dtype, sharding=a.sharding, weak_type=a.weak_type
+        )
+        for a in closed.in_avals
+    ]
+    return jax.make_jaxpr(keep_weak_types(run, closed.out_avals))(*specs)
 
 
 def keep_weak_types(run: Callable, out_avals: Sequence[Any]) -> Callable:
@@ -84,54 +132,6 @@ def keep_weak_types(run: Callable, out_avals: Sequence[Any]) -> Callable:
         return [weakly_typed(x) if w else x for x, w in zip(outs, weak)]
 
     return kept
-
-
-def _rewrite(
-    closed: Any, actions: dict[Any, Action], loop: str
-) -> Callable | jex.ClosedJaxpr | None:
-    run: Callable | None = None
-    in_specs = specs_of(closed.jaxpr.invars)
-    done: set = set()
-    groups = find_groups(closed.jaxpr)
-    for key, action in actions.items():
-        if action.kind == "outline" and key in groups:
-            # Every site, at any depth, through one out-of-line call; the
-            # equations stay where they are (a group rolled below is another's).
-            closed = outline_group(closed, groups[key].callee, action.arrays)
-            run = jex.jaxpr_as_fun(closed)
-            done.add(key)
-    while True:
-        pending = [
-            (key, group.sites)
-            for key, group in find_groups(closed.jaxpr).items()
-            if key in actions and key not in done and group.sites
-        ]
-        # Largest groups first: their loops take the code of the others in. The
-        # groups applied inline: last, together, in the program as it then is
-        # (not worth a trace of the rewritten program of their own).
-        inline = sorted(s for k, g in pending if actions[k].kind == "inline" for s in g)
-        pending = [item for item in pending if actions[item[0]].kind != "inline"]
-        pending.sort(key=lambda item: len(item[1]), reverse=True)
-        rewrite = None
-        for key, sites in pending:
-            done.add(key)
-            rewrite = _apply(closed, actions[key], sites, loop)
-            if rewrite is not None:
-                break
-        if rewrite is None:
-            if not inline:
-                return run
-            spliced = inlined_jaxpr(closed, inline)
-            # The traced program itself, or after an earlier pass's rewrite
-            # (`closed` then traced from it), a function evaluating it.
-            return spliced if run is None else jex.jaxpr_as_fun(spliced)
-        run = rewrite
-        if all(key in done for key, _ in pending):
-            return run  # no other group to look for
-        # Other groups may remain at the top level: look again in the rewritten
-        # program (groups whose sites were between the calls are now in the loop).
-        # Each pass handles one group, so this ends.
-        closed = jax.make_jaxpr(run)(*in_specs)
 
 
 def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
@@ -199,14 +199,3 @@ def _splice(closed_callee, invars, eqns: list, constvars: list, consts: list):
 
     eval_eqns(callee.eqns, env, _own_atom, fresh)
     return [read(env, v, _same) for v in callee.outvars]
-
-
-def rolled_entry(run: Callable, out_tree: Any) -> Callable:
-    """`run` as a function of `lxd.jit`'s traced argument halves, returning the
-    output PyTree."""
-
-    def entry(*dynamic_args, **dynamic_kwargs):
-        leaves = jtu.tree_leaves((dynamic_args, dynamic_kwargs))
-        return jtu.tree_unflatten(out_tree, run(*leaves))
-
-    return entry
