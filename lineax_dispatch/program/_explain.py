@@ -195,31 +195,42 @@ def explain(fun_or_operator: Callable | lx.AbstractLinearOperator, *args, **kwar
         ```
     """
     if isinstance(fun_or_operator, lx.AbstractLinearOperator):
-        if args or kwargs:
-            raise TypeError(
-                "`lxd.explain(operator)` takes no further arguments; got "
-                f"{len(args)} positional and {sorted(kwargs)} keyword. For a batch, "
-                "use `operator.policy.decision(operator, batch=...)`."
-            )
-        operator = fun_or_operator
-        policy: Any = getattr(operator, "policy", None)
-        if not isinstance(policy, Auto):
-            raise TypeError(
-                "`lxd.explain(operator)` needs an operator of lineax-dispatch with an "
-                f"`Auto` policy; got {type(operator).__name__} with policy "
-                f"{policy!r}."
-            )
-        decision = policy.decision(operator)
-        return ExplainReport(
-            (_row(operator, decision, 1, 1.0, ()),),
-            cost_models=(policy.model().source,),
-        )
+        return _explain_operator(fun_or_operator, args, kwargs)
     if not callable(fun_or_operator):
         raise TypeError(
             "`lxd.explain` takes a function (and its arguments) or an operator; got "
             f"{type(fun_or_operator).__name__}."
         )
-    fun = fun_or_operator
+    return _explain_program(fun_or_operator, args, kwargs)
+
+
+def _explain_operator(
+    operator: lx.AbstractLinearOperator, args: tuple, kwargs: dict
+) -> ExplainReport:
+    """`explain(operator)`: its `Auto` policy's decision at one call site."""
+    if args or kwargs:
+        raise TypeError(
+            "`lxd.explain(operator)` takes no further arguments; got "
+            f"{len(args)} positional and {sorted(kwargs)} keyword. For a batch, "
+            "use `operator.policy.decision(operator, batch=...)`."
+        )
+    policy: Any = getattr(operator, "policy", None)
+    if not isinstance(policy, Auto):
+        raise TypeError(
+            "`lxd.explain(operator)` needs an operator of lineax-dispatch with an "
+            f"`Auto` policy; got {type(operator).__name__} with policy "
+            f"{policy!r}."
+        )
+    decision = policy.decision(operator)
+    return ExplainReport(
+        (_row(operator, decision, 1, 1.0, ()),),
+        cost_models=(policy.model().source,),
+    )
+
+
+def _explain_program(fun: Callable, args: tuple, kwargs: dict) -> ExplainReport:
+    """`explain(fun, *args, **kwargs)`: the decisions of `lxd.jit(fun)`'s trace,
+    one row per `Auto` operator kind met and per solve of this package's solvers."""
     compiled = fun if isinstance(fun, CompileAware) else CompileAware(fun, {})
     trace = trace_program(
         compiled.fun, compiled.jit_kwargs, compiled.split(args, kwargs)
