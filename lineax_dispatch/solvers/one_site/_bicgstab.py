@@ -1,5 +1,6 @@
 """BiCGStab with one `mv` call site."""
 
+import functools as ft
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
@@ -42,6 +43,23 @@ class _Loop(NamedTuple):
     phase: Int[Array, ""]
     finite: Bool[Array, ""]
     b_scale: Array
+
+
+class _HalfStep(NamedTuple):
+    """A pass's values: the first half-step's `rho`, direction `p`, `m = M p`,
+    `alpha` and `s`; the second's `omega` and update `diff` (with `m = M s`), and
+    whether `t = A M s` is `nonzero`; and the operator slot's output `out` (the
+    residual on a residual pass, `A M p` or `A M s` on a half-step)."""
+
+    rho: Inexact[Array, ""]
+    p: Inexact[Array, " n"]
+    m: Inexact[Array, " n"]
+    out: Inexact[Array, " n"]
+    alpha: Inexact[Array, ""]
+    s: Inexact[Array, " n"]
+    omega: Inexact[Array, ""]
+    nonzero: Bool[Array, ""]
+    diff: Inexact[Array, " n"]
 
 
 class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
@@ -98,9 +116,26 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
         real = jnp.finfo(flat.dtype).dtype
         tiny = 0.0 if real == jnp.float64 else 1e-16
         one = jnp.ones((), flat.dtype)
+        s = lax.while_loop(
+            ft.partial(self._continues, system, max_steps, tiny),
+            ft.partial(self._pass, system, precond, one),
+            self._init_loop(system, y0, one),
+        )
+        nc = self.not_converged(system, s)
+        return self.loop_end(
+            system,
+            s,
+            max_steps,
+            nc,
+            finite_input=s.finite,
+            breakdown=_broken(s, tiny) & nc,
+        )
+
+    def _init_loop(self, system: System, y0: Array, one: Array) -> _Loop:
+        """The loop's state before its first pass, a residual pass at `y0`."""
         zeros = jnp.zeros_like(y0)
         b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
-        init = _Loop(
+        return _Loop(
             y=y0,
             r=zeros,
             rhat=zeros,
@@ -118,73 +153,96 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             b_scale=b_scale,
         )
 
-        def broken(s: _Loop):
-            return (
-                (jnp.abs(s.omega) <= tiny)
-                | (jnp.abs(s.alpha) <= tiny)
-                | (jnp.abs(s.rho) <= tiny)
-            )
-
-        def cond_fun(s: _Loop):
-            iterate = ~broken(s) & self.not_converged(system, s) & (s.step < max_steps)
-            return s.finite & ((s.phase != _P_HALF) | iterate)
-
-        def body_fun(s: _Loop) -> _Loop:
-            phase = s.phase
-            is_res, is_p = phase == _RESIDUAL, phase == _P_HALF
-            rho_new = dot(s.rhat, s.r)
-            beta = (rho_new / s.rho) * (s.alpha / s.omega)
-            p_new = s.r + beta * (s.p - s.omega * s.v)
-            # The one preconditioner slot and the one operator slot.
-            m = precond(jnp.where(is_p, p_new, s.s))
-            out = system.apply(jnp.where(is_res, s.y, m), is_res)
-            # First half-step: v = A M p.
-            alpha_new = rho_new / dot(s.rhat, out)
-            s_new = s.r - alpha_new * out
-            # Second half-step: t = A M s.
-            # `t = 0` where `s = 0`: the first half-step solved the system exactly
-            # (b an eigenvector of A, say). omega = 0 then keeps the update
-            # `alpha p` and the residual `s` (0/0 gave NaN); the loop stops on
-            # convergence, or reports `breakdown` where `s` is not 0.
-            tt = dot(out, out)
-            nonzero = tt != 0
-            omega_new = jnp.where(nonzero, dot(out, s.s) / jnp.where(nonzero, tt, 1), 0)
-            diff = s.alpha * s.x + omega_new * m
-            is_s = phase == _S_HALF
-            # Only the first residual pass (before any step) reads `b`'s scale.
-            b_scale, finite = system.from_first_residual(
-                is_res & (s.step == 0), out, self.b_scale, (s.b_scale, s.finite)
-            )
-            new = _Loop(
-                y=jnp.where(is_s, s.y + diff, s.y),
-                r=jnp.where(is_res, out, jnp.where(is_s, s.s - omega_new * out, s.r)),
-                rhat=jnp.where(is_res, out, s.rhat),
-                # A residual pass (re)starts the recurrence from the true residual.
-                p=jnp.where(is_p, p_new, jnp.where(is_res, 0, s.p)),
-                v=jnp.where(is_p, out, jnp.where(is_res, 0, s.v)),
-                s=jnp.where(is_p, s_new, s.s),
-                x=jnp.where(is_p, m, s.x),
-                alpha=jnp.where(is_p, alpha_new, jnp.where(is_res, one, s.alpha)),
-                omega=jnp.where(is_s, omega_new, jnp.where(is_res, one, s.omega)),
-                rho=jnp.where(is_p, rho_new, jnp.where(is_res, one, s.rho)),
-                # With s = 0 the residual is exactly 0: the update test (lineax's
-                # guard against stagnation) does not apply to an exact solve.
-                diff=jnp.where(is_s, jnp.where(nonzero, diff, 0), s.diff),
-                step=s.step + is_s.astype(s.step.dtype),
-                phase=jnp.where(is_p, _S_HALF, _P_HALF),
-                finite=finite,
-                b_scale=b_scale,
-            )
-            # A step that passes the test on the updated residual is checked: the
-            # next pass computes the true residual.
-            check = is_s & ~self.not_converged(system, new)
-            return new._replace(phase=jnp.where(check, _RESIDUAL, new.phase))
-
-        s = lax.while_loop(cond_fun, body_fun, init)
-        nc = self.not_converged(system, s)
-        return self.loop_end(
-            system, s, max_steps, nc, finite_input=s.finite, breakdown=broken(s) & nc
+    def _continues(
+        self, system: System, max_steps: int, tiny: float, s: _Loop
+    ) -> Bool[Array, ""]:
+        """The loop's condition: a finite right-hand side, and a pass other than
+        a step's first half to make, or a step to take."""
+        iterate = (
+            ~_broken(s, tiny) & self.not_converged(system, s) & (s.step < max_steps)
         )
+        return s.finite & ((s.phase != _P_HALF) | iterate)
+
+    def _pass(
+        self,
+        system: System,
+        precond: Callable[[Array], Array],
+        one: Array,
+        s: _Loop,
+    ) -> _Loop:
+        """The loop body: one pass through the slots (`_half_step`), then the
+        state it leaves and the phase of the next pass."""
+        phase = s.phase
+        is_res, is_p = phase == _RESIDUAL, phase == _P_HALF
+        h = _half_step(system, precond, s, is_res, is_p)
+        is_s = phase == _S_HALF
+        # Only the first residual pass (before any step) reads `b`'s scale.
+        b_scale, finite = system.from_first_residual(
+            is_res & (s.step == 0), h.out, self.b_scale, (s.b_scale, s.finite)
+        )
+        new = _Loop(
+            y=jnp.where(is_s, s.y + h.diff, s.y),
+            r=jnp.where(is_res, h.out, jnp.where(is_s, s.s - h.omega * h.out, s.r)),
+            rhat=jnp.where(is_res, h.out, s.rhat),
+            # A residual pass (re)starts the recurrence from the true residual.
+            p=jnp.where(is_p, h.p, jnp.where(is_res, 0, s.p)),
+            v=jnp.where(is_p, h.out, jnp.where(is_res, 0, s.v)),
+            s=jnp.where(is_p, h.s, s.s),
+            x=jnp.where(is_p, h.m, s.x),
+            alpha=jnp.where(is_p, h.alpha, jnp.where(is_res, one, s.alpha)),
+            omega=jnp.where(is_s, h.omega, jnp.where(is_res, one, s.omega)),
+            rho=jnp.where(is_p, h.rho, jnp.where(is_res, one, s.rho)),
+            # With s = 0 the residual is exactly 0: the update test (lineax's
+            # guard against stagnation) does not apply to an exact solve.
+            diff=jnp.where(is_s, jnp.where(h.nonzero, h.diff, 0), s.diff),
+            step=s.step + is_s.astype(s.step.dtype),
+            phase=jnp.where(is_p, _S_HALF, _P_HALF),
+            finite=finite,
+            b_scale=b_scale,
+        )
+        # A step that passes the test on the updated residual is checked: the
+        # next pass computes the true residual.
+        check = is_s & ~self.not_converged(system, new)
+        return new._replace(phase=jnp.where(check, _RESIDUAL, new.phase))
+
+
+def _broken(s: _Loop, tiny: float) -> Bool[Array, ""]:
+    """Whether one of the recurrence's scalars has vanished (at most `tiny`)."""
+    return (
+        (jnp.abs(s.omega) <= tiny)
+        | (jnp.abs(s.alpha) <= tiny)
+        | (jnp.abs(s.rho) <= tiny)
+    )
+
+
+def _half_step(
+    system: System,
+    precond: Callable[[Array], Array],
+    s: _Loop,
+    is_res: Bool[Array, ""],
+    is_p: Bool[Array, ""],
+) -> _HalfStep:
+    """The pass through the preconditioner's and the operator's slots, and both
+    half-steps' values from it (each read only in its own phase)."""
+    rho_new = dot(s.rhat, s.r)
+    beta = (rho_new / s.rho) * (s.alpha / s.omega)
+    p_new = s.r + beta * (s.p - s.omega * s.v)
+    # The one preconditioner slot and the one operator slot.
+    m = precond(jnp.where(is_p, p_new, s.s))
+    out = system.apply(jnp.where(is_res, s.y, m), is_res)
+    # First half-step: v = A M p.
+    alpha_new = rho_new / dot(s.rhat, out)
+    s_new = s.r - alpha_new * out
+    # Second half-step: t = A M s.
+    # `t = 0` where `s = 0`: the first half-step solved the system exactly
+    # (b an eigenvector of A, say). omega = 0 then keeps the update
+    # `alpha p` and the residual `s` (0/0 gave NaN); the loop stops on
+    # convergence, or reports `breakdown` where `s` is not 0.
+    tt = dot(out, out)
+    nonzero = tt != 0
+    omega_new = jnp.where(nonzero, dot(out, s.s) / jnp.where(nonzero, tt, 1), 0)
+    diff = s.alpha * s.x + omega_new * m
+    return _HalfStep(rho_new, p_new, m, out, alpha_new, s_new, omega_new, nonzero, diff)
 
 
 BiCGStab.__init__.__doc__ = r"""**Arguments:**

@@ -1,5 +1,6 @@
 """Conjugate gradients with one `mv` call site."""
 
+import functools as ft
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple, TypeAlias
 
@@ -8,7 +9,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
-from jaxtyping import Array, Inexact, Int, PyTree, Scalar
+from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
@@ -67,6 +68,27 @@ class _Loop(NamedTuple):
     mode: Int[Array, ""]
     checked: Array
     b_scale: Array
+
+
+class _Outcome(NamedTuple):
+    """How a pass went: whether it was a residual pass (`pending`), an ordinary
+    step whose curvature `p^T A p` passed (`step_taken`) or failed (`bad`, to stop
+    with `code`), and whether the step taken makes the next pass a residual
+    refresh (`refresh`)."""
+
+    pending: Bool[Array, ""]
+    step_taken: Bool[Array, ""]
+    bad: Bool[Array, ""]
+    code: Int[Array, ""]
+    refresh: Bool[Array, ""]
+
+
+def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
+    """The loop's condition: a residual pass is pending, or an ordinary step may
+    be taken (`gamma` positive and steps left)."""
+    iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
+    pending = s.mode > _STEP
+    return pending | ((s.mode == _STEP) & iterate)
 
 
 class CG(AbstractOneSiteSolver[_CGState]):
@@ -155,13 +177,22 @@ class CG(AbstractOneSiteSolver[_CGState]):
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """Runs CG on `system` from `y0` (flat). Returns the flat solution (with the
         system's offset added), the result and the stats."""
-        flat = system.flat
-        size = flat.size
+        size = system.flat.size
         max_steps = self.resolve_max_steps(size)
-        rcond = 2 * jnp.finfo(flat.dtype).eps * max(size, 1)
-        zero = jnp.zeros((), flat.dtype)
+        rcond = 2 * jnp.finfo(system.flat.dtype).eps * max(size, 1)
+        s = lax.while_loop(
+            ft.partial(_continues, max_steps),
+            ft.partial(self._pass, system, precond, rcond),
+            self._init_loop(system, y0),
+        )
+        return self._loop_end(system, s, max_steps)
+
+    def _init_loop(self, system: System, y0: Array) -> _Loop:
+        """The loop's state before its first pass, a residual pass at `y0`."""
+        dtype = system.flat.dtype
+        zero = jnp.zeros((), dtype)
         b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
-        init = _Loop(
+        return _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
             p=jnp.zeros_like(y0),
@@ -170,80 +201,117 @@ class CG(AbstractOneSiteSolver[_CGState]):
             gamma=zero,
             step=jnp.array(0),
             mode=jnp.asarray(_RESIDUAL),
-            checked=jnp.full((), jnp.inf, jnp.finfo(flat.dtype).dtype),
+            checked=jnp.full((), jnp.inf, jnp.finfo(dtype).dtype),
             b_scale=b_scale,
         )
 
-        def cond_fun(s: _Loop):
-            iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
-            pending = s.mode > _STEP
-            return pending | ((s.mode == _STEP) & iterate)
+    def _pass(
+        self,
+        system: System,
+        precond: Callable[[Array], Array],
+        rcond: float,
+        s: _Loop,
+    ) -> _Loop:
+        """The loop body: one pass through the `mv` slot (`_step`), the
+        preconditioned residual and `gamma`, then the next search direction and
+        the next pass (`_next_mode`)."""
+        out, new, outcome = self._step(system, rcond, s)
+        # Only the first pass starts with `gamma == 0`: a later pass runs on a
+        # positive `gamma`, or refreshes the residual keeping such a one.
+        first = s.gamma == 0
+        b_scale, _ = system.from_first_residual(
+            first, out, self.b_scale, (s.b_scale, jnp.array(True))
+        )
+        z = precond(new.r)
+        gamma_new = dot(z, new.r)
+        beta = select(first, 0, gamma_new / select(first, 1, s.gamma))
+        new = new._replace(b_scale=b_scale)
+        mode, failed, measure = self._next_mode(system, s, new, outcome)
+        # (Read from `mode`, which the loop carries anyway, rather than from
+        # `refresh` and `bad`: one scalar kernel fewer.)
+        advance = mode == _STEP
+        p_new = select(advance, z + beta * s.p, s.p)
+        return new._replace(
+            p=p_new,
+            v=select(mode > _STEP, new.y, p_new),
+            gamma=select(advance, gamma_new, s.gamma),
+            mode=mode,
+            checked=select(failed, measure.astype(s.checked.dtype), s.checked),
+        )
 
-        def body_fun(s: _Loop):
-            pending = s.mode > _STEP
-            p, gamma = s.p, s.gamma
-            # The one application slot: the iterate on a residual step, else the
-            # search direction. `out` is then the residual; `product` is `A p` on
-            # an ordinary step (where it is read), the bare output of `mv`.
-            out, product = system.apply_split(s.v, pending)
-            curvature = dot(p, product)
-            threshold = 100 * rcond * jnp.abs(gamma)
-            ok = jnp.real(curvature) > threshold
-            step_taken = ~pending & ok
-            bad = ~pending & ~ok
-            negative = jnp.real(curvature) < -threshold
-            code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
-            alpha = gamma / select(ok, curvature, 1)
-            diff = select(step_taken, alpha * p, s.diff)
-            y = select(step_taken, s.y + diff, s.y)
-            r = system.updated_residual(
-                pending, out, product, s.r, select(step_taken, alpha, 0)
-            )
-            step = s.step + step_taken.astype(s.step.dtype)
-            if self.stabilise_every is None:
-                refresh = jnp.array(False)
-            else:
-                refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
-            # Only the first pass starts with `gamma == 0`: a later pass runs on a
-            # positive `gamma`, or refreshes the residual keeping such a one.
-            first = gamma == 0
-            b_scale, _ = system.from_first_residual(
-                first, out, self.b_scale, (s.b_scale, jnp.array(True))
-            )
-            z = precond(r)
-            gamma_new = dot(z, r)
-            beta = select(first, 0, gamma_new / select(first, 1, gamma))
-            new = s._replace(y=y, r=r, diff=diff, step=step, b_scale=b_scale)
-            measure = self.test_measure(system, new)
-            unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
-            # A step whose updated residual passes the test is checked: the next
-            # pass computes the true residual `b - A y` (the updated one drifts
-            # from it, and goes on shrinking below the dtype's precision), and the
-            # loop stops only if that passes too.
-            # From the first failed check on, every residual pass that fails the
-            # test (a check or a refresh) must have halved the true residual since
-            # the one before, or the loop stops (`stagnation`).
-            check = step_taken & ~unconverged
-            failed = unconverged & (
-                (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
-            )
-            stagnated = failed & ~(measure <= _CHECK_PROGRESS * s.checked)
-            next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
-            next_pass = select(pending & ~unconverged, _CONVERGED, next_pass)
-            mode = select(bad, code, select(stagnated, _STAGNATED, next_pass))
-            # (Read from `mode`, which the loop carries anyway, rather than from
-            # `refresh` and `bad`: one scalar kernel fewer.)
-            advance = mode == _STEP
-            p_new = select(advance, z + beta * p, p)
-            return new._replace(
-                p=p_new,
-                v=select(mode > _STEP, y, p_new),
-                gamma=select(advance, gamma_new, gamma),
-                mode=mode,
-                checked=select(failed, measure.astype(s.checked.dtype), s.checked),
-            )
+    def _step(
+        self, system: System, rcond: float, s: _Loop
+    ) -> tuple[Array, _Loop, _Outcome]:
+        """The pass through the `mv` slot and the step it takes.
 
-        s = lax.while_loop(cond_fun, body_fun, init)
+        **Returns:**
+
+        The slot's output `out` (the residual on a residual pass), `s` with the
+        iterate, residual, update and step count after the pass, and how the pass
+        went (`_Outcome`).
+        """
+        pending = s.mode > _STEP
+        p, gamma = s.p, s.gamma
+        # The one application slot: the iterate on a residual step, else the
+        # search direction. `out` is then the residual; `product` is `A p` on
+        # an ordinary step (where it is read), the bare output of `mv`.
+        out, product = system.apply_split(s.v, pending)
+        curvature = dot(p, product)
+        threshold = 100 * rcond * jnp.abs(gamma)
+        ok = jnp.real(curvature) > threshold
+        step_taken = ~pending & ok
+        bad = ~pending & ~ok
+        negative = jnp.real(curvature) < -threshold
+        code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
+        alpha = gamma / select(ok, curvature, 1)
+        diff = select(step_taken, alpha * p, s.diff)
+        y = select(step_taken, s.y + diff, s.y)
+        r = system.updated_residual(
+            pending, out, product, s.r, select(step_taken, alpha, 0)
+        )
+        step = s.step + step_taken.astype(s.step.dtype)
+        if self.stabilise_every is None:
+            refresh = jnp.array(False)
+        else:
+            refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
+        new = s._replace(y=y, r=r, diff=diff, step=step)
+        return out, new, _Outcome(pending, step_taken, bad, code, refresh)
+
+    def _next_mode(
+        self, system: System, s: _Loop, new: _Loop, outcome: _Outcome
+    ) -> tuple[Int[Array, ""], Bool[Array, ""], Array]:
+        """The stopping decision after a pass from `s` to `new`.
+
+        **Returns:**
+
+        The loop's next `mode`; whether the pass was a failed residual pass that
+        `checked` records; and the stopping test's measure on `new`.
+        """
+        pending, step_taken = outcome.pending, outcome.step_taken
+        measure = self.test_measure(system, new)
+        unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
+        # A step whose updated residual passes the test is checked: the next
+        # pass computes the true residual `b - A y` (the updated one drifts
+        # from it, and goes on shrinking below the dtype's precision), and the
+        # loop stops only if that passes too.
+        # From the first failed check on, every residual pass that fails the
+        # test (a check or a refresh) must have halved the true residual since
+        # the one before, or the loop stops (`stagnation`).
+        check = step_taken & ~unconverged
+        failed = unconverged & (
+            (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
+        )
+        stagnated = failed & ~(measure <= _CHECK_PROGRESS * s.checked)
+        refresh = outcome.refresh
+        next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
+        next_pass = select(pending & ~unconverged, _CONVERGED, next_pass)
+        mode = select(stagnated, _STAGNATED, next_pass)
+        return select(outcome.bad, outcome.code, mode), failed, measure
+
+    def _loop_end(
+        self, system: System, s: _Loop, max_steps: int
+    ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
+        """The solution, result and stats from the loop's final state `s`."""
         # `gamma = <M r, r>` is that of the final residual, or of the updated one
         # before a residual pass that passed the test (so finite where that is):
         # every other pass that changes `r` but not `gamma` is followed by one

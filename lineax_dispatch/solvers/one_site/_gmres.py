@@ -1,5 +1,6 @@
 """Restarted GMRES with one `mv` call site."""
 
+import functools as ft
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
@@ -43,6 +44,17 @@ class _Loop(NamedTuple):
     step: Int[Array, ""]
     finite: Bool[Array, ""]
     b_scale: Array
+
+
+class _Constants(NamedTuple):
+    """What GMRES's loop reads besides its state: the bound `max_steps` on its
+    restart cycles, the size `restart` of a cycle's basis, the working `dtype` and
+    its `eps`."""
+
+    max_steps: int
+    restart: int
+    dtype: Any
+    eps: Any
 
 
 class GMRES(AbstractOneSiteSolver[_GMRESState]):
@@ -100,19 +112,40 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """Runs restarted GMRES on `system` from `y0` (flat)."""
         flat = system.flat
-        size = flat.size
-        max_steps = self.resolve_max_steps(size)
-        restart = min(self.restart, size)
         dtype = flat.dtype
-        real = jnp.finfo(dtype).dtype
-        eps = jnp.finfo(dtype).eps
+        c = _Constants(
+            max_steps=self.resolve_max_steps(flat.size),
+            restart=min(self.restart, flat.size),
+            dtype=dtype,
+            eps=jnp.finfo(dtype).eps,
+        )
+        s = lax.while_loop(
+            ft.partial(self._continues, system, c),
+            ft.partial(self._pass, system, precond, c),
+            self._init_loop(system, y0, c),
+        )
+        nc = self.not_converged(system, s)
+        stagnated = s.stagnation >= self.stagnation_iters
+        return self.loop_end(
+            system,
+            s,
+            c.max_steps,
+            nc,
+            finite_input=s.finite,
+            codes=((stagnated, lx.RESULTS.stagnation),),
+            breakdown=s.deferred_breakdown & nc,
+        )
+
+    def _init_loop(self, system: System, y0: Array, c: _Constants) -> _Loop:
+        """The loop's state before its first pass, a residual pass at `y0`."""
+        real = jnp.finfo(c.dtype).dtype
         b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
-        init = _Loop(
+        return _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
             diff=jnp.full_like(y0, jnp.inf),
-            basis=stacked_zeros(restart + 1, y0),
-            hess=jnp.eye(restart, restart + 1, dtype=dtype),
+            basis=stacked_zeros(c.restart + 1, y0),
+            hess=jnp.eye(c.restart, c.restart + 1, dtype=c.dtype),
             r_norm=jnp.zeros((), real),
             j=jnp.array(0),
             pending=jnp.array(True),
@@ -127,97 +160,105 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
             b_scale=b_scale,
         )
 
-        def cond_fun(s: _Loop):
-            # Between restarts (after a residual pass) apply lineax's test.
-            at_restart = ~s.pending & (s.j == 0)
-            iterate = (
-                ~s.deferred_breakdown
-                & (s.stagnation < self.stagnation_iters)
-                & self.not_converged(system, s)
-                & (s.step < max_steps)
-            )
-            return s.finite & (~at_restart | iterate)
-
-        def residual_pass(s: _Loop, w: Array) -> _Loop:
-            # `w = M (b - A y)`: the new residual; start a cycle from it.
-            r_norm = self.norm(flat.unravel(w))
-            decreased = r_norm < s.r_min
-            size2 = two_norm(w)
-            initial_breakdown = size2 < eps
-            safe = jnp.where(initial_breakdown, jnp.inf, size2).astype(dtype)
-            b_scale, finite = system.from_first_residual(
-                s.step == 0, w, self.b_scale, (s.b_scale, s.finite)
-            )
-            return s._replace(
-                r=w,
-                basis=jnp.zeros_like(s.basis).at[0].set(w / safe),
-                hess=jnp.eye(restart, restart + 1, dtype=dtype),
-                r_norm=size2,
-                j=jnp.array(0),
-                pending=jnp.array(False),
-                initial_breakdown=initial_breakdown,
-                cycle_breakdown=initial_breakdown,
-                deferred_breakdown=s.breakdown,
-                breakdown=s.cycle_breakdown,
-                r_min=jnp.minimum(r_norm, s.r_min),
-                stagnation=jnp.where(decreased, 0, s.stagnation + 1),
-                step=s.step + 1,
-                finite=finite,
-                b_scale=b_scale,
-            )
-
-        def arnoldi_pass(s: _Loop, w: Array) -> _Loop:
-            j, basis = s.j, s.basis
-            step_norm = two_norm(w)
-            proj = project(basis, w)
-            w = w - basis.T @ proj
-            w_norm = two_norm(w)
-            breakdown = (w_norm < step_norm * eps) | s.initial_breakdown
-            w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(dtype)
-            proj = proj.at[j + 1].set(w_norm.astype(dtype))
-            hess = jnp.where(s.initial_breakdown, s.hess, s.hess.at[j].set(proj))
-            basis = jnp.where(s.initial_breakdown, basis, basis.at[j + 1].set(w))
-            j = j + 1
-            done = (j >= restart) | breakdown
-
-            def finish(hess, basis):
-                # Least squares with the Hessenberg matrix, as lineax (by QR).
-                rhs = jnp.zeros(restart + 1, dtype).at[0].set(s.r_norm.astype(dtype))
-                q, upper = jnp.linalg.qr(hess.T)
-                z = jsl.solve_triangular(upper, q.conj().T @ rhs)
-                return basis[:-1].T @ z
-
-            diff = lax.cond(done, finish, lambda h, b: jnp.zeros_like(s.y), hess, basis)
-            return s._replace(
-                y=jnp.where(done, s.y + diff, s.y),
-                diff=jnp.where(done, diff, s.diff),
-                basis=basis,
-                hess=hess,
-                j=j,
-                pending=done,
-                cycle_breakdown=breakdown,
-            )
-
-        def body_fun(s: _Loop) -> _Loop:
-            pending = s.pending
-            # The one operator slot and the one preconditioner slot.
-            x = jnp.where(pending, s.y, s.basis[s.j])
-            w = precond(system.apply(x, pending))
-            a, b = residual_pass(s, w), arnoldi_pass(s, w)
-            return jtu.tree_map(lambda a, b: jnp.where(pending, a, b), a, b)
-
-        s = lax.while_loop(cond_fun, body_fun, init)
-        nc = self.not_converged(system, s)
-        stagnated = s.stagnation >= self.stagnation_iters
-        return self.loop_end(
-            system,
-            s,
-            max_steps,
-            nc,
-            finite_input=s.finite,
-            codes=((stagnated, lx.RESULTS.stagnation),),
-            breakdown=s.deferred_breakdown & nc,
+    def _continues(self, system: System, c: _Constants, s: _Loop) -> Bool[Array, ""]:
+        """The loop's condition: a finite right-hand side, and a pass within a
+        cycle to make, or, at a restart, a cycle to run."""
+        # Between restarts (after a residual pass) apply lineax's test.
+        at_restart = ~s.pending & (s.j == 0)
+        iterate = (
+            ~s.deferred_breakdown
+            & (s.stagnation < self.stagnation_iters)
+            & self.not_converged(system, s)
+            & (s.step < c.max_steps)
         )
+        return s.finite & (~at_restart | iterate)
+
+    def _pass(
+        self,
+        system: System,
+        precond: Callable[[Array], Array],
+        c: _Constants,
+        s: _Loop,
+    ) -> _Loop:
+        """The loop body: one pass through the slots, then the state of a residual
+        pass or of an Arnoldi pass, selected by `s.pending`."""
+        pending = s.pending
+        # The one operator slot and the one preconditioner slot.
+        x = jnp.where(pending, s.y, s.basis[s.j])
+        w = precond(system.apply(x, pending))
+        a, b = self._residual_pass(system, c, s, w), _arnoldi_pass(c, s, w)
+        return jtu.tree_map(lambda a, b: jnp.where(pending, a, b), a, b)
+
+    def _residual_pass(
+        self, system: System, c: _Constants, s: _Loop, w: Array
+    ) -> _Loop:
+        """The state after a residual pass that computed `w`."""
+        # `w = M (b - A y)`: the new residual; start a cycle from it.
+        r_norm = self.norm(system.flat.unravel(w))
+        decreased = r_norm < s.r_min
+        size2 = two_norm(w)
+        initial_breakdown = size2 < c.eps
+        safe = jnp.where(initial_breakdown, jnp.inf, size2).astype(c.dtype)
+        b_scale, finite = system.from_first_residual(
+            s.step == 0, w, self.b_scale, (s.b_scale, s.finite)
+        )
+        return s._replace(
+            r=w,
+            basis=jnp.zeros_like(s.basis).at[0].set(w / safe),
+            hess=jnp.eye(c.restart, c.restart + 1, dtype=c.dtype),
+            r_norm=size2,
+            j=jnp.array(0),
+            pending=jnp.array(False),
+            initial_breakdown=initial_breakdown,
+            cycle_breakdown=initial_breakdown,
+            deferred_breakdown=s.breakdown,
+            breakdown=s.cycle_breakdown,
+            r_min=jnp.minimum(r_norm, s.r_min),
+            stagnation=jnp.where(decreased, 0, s.stagnation + 1),
+            step=s.step + 1,
+            finite=finite,
+            b_scale=b_scale,
+        )
+
+
+def _arnoldi_pass(c: _Constants, s: _Loop, w: Array) -> _Loop:
+    """The state after an Arnoldi pass that computed `w = M A q_j`: the basis
+    extended by one vector, and at the cycle's end the update of the iterate."""
+    j, basis = s.j, s.basis
+    step_norm = two_norm(w)
+    proj = project(basis, w)
+    w = w - basis.T @ proj
+    w_norm = two_norm(w)
+    breakdown = (w_norm < step_norm * c.eps) | s.initial_breakdown
+    w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(c.dtype)
+    proj = proj.at[j + 1].set(w_norm.astype(c.dtype))
+    hess = jnp.where(s.initial_breakdown, s.hess, s.hess.at[j].set(proj))
+    basis = jnp.where(s.initial_breakdown, basis, basis.at[j + 1].set(w))
+    j = j + 1
+    done = (j >= c.restart) | breakdown
+    finish = ft.partial(_cycle_update, c, s.r_norm)
+    diff = lax.cond(done, finish, lambda h, b: jnp.zeros_like(s.y), hess, basis)
+    return s._replace(
+        y=jnp.where(done, s.y + diff, s.y),
+        diff=jnp.where(done, diff, s.diff),
+        basis=basis,
+        hess=hess,
+        j=j,
+        pending=done,
+        cycle_breakdown=breakdown,
+    )
+
+
+def _cycle_update(
+    c: _Constants, r_norm: Real[Array, ""], hess: Array, basis: Array
+) -> Inexact[Array, " n"]:
+    """The update of the iterate at a cycle's end, from the Hessenberg matrix
+    `hess`, the Krylov `basis` and the norm `r_norm` of the cycle's residual."""
+    # Least squares with the Hessenberg matrix, as lineax (by QR).
+    rhs = jnp.zeros(c.restart + 1, c.dtype).at[0].set(r_norm.astype(c.dtype))
+    q, upper = jnp.linalg.qr(hess.T)
+    z = jsl.solve_triangular(upper, q.conj().T @ rhs)
+    return basis[:-1].T @ z
 
 
 GMRES.__init__.__doc__ = r"""**Arguments:**

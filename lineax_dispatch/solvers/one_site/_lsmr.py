@@ -4,15 +4,16 @@ Ported from lineax's LSMR, whose implementation is adapted from SciPy, under
 SciPy's BSD license: its copyright notice, conditions and disclaimer are in
 `SCIPY_LICENSE.txt` beside this file."""
 
+import functools as ft
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias
 
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
-from jaxtyping import Array, PyTree, Scalar
+from jaxtyping import Array, Bool, PyTree, Real, Scalar
 from lineax.internal import two_norm
 
 from ...operators._sharding import explicit_sharding
@@ -31,6 +32,21 @@ from ._system import plain_system, System
 
 
 _LSMRState: TypeAlias = lx.AbstractLinearOperator
+
+
+class _Constants(NamedTuple):
+    """What LSMR's loop reads besides its state: the `system` (its `apply` the `A`
+    slot), the `A^H` slot `rmv`, the norms of vectors of the input and output
+    spaces and of the solution for an iterate, the damping factor `damp` and the
+    bound `max_steps` on the steps."""
+
+    system: System
+    rmv: Callable[[Array], Array]
+    norm_in: Callable[[Array], Array]
+    norm_out: Callable[[Array], Array]
+    norm_x: Callable[[Array], Array]
+    damp: Real[Array, ""]
+    max_steps: int
 
 
 class LSMR(AbstractOneSiteSolver[_LSMRState]):
@@ -124,19 +140,45 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         """The LSMR loop on `system` (`A` through `system.apply`, `A^H` through
         `rmv`, from `system.flat` to `out_flat`) from `x0`."""
         in_flat = system.flat
-        dtype = in_flat.dtype
-        rdtype = jnp.finfo(dtype).dtype
+        rdtype = jnp.finfo(in_flat.dtype).dtype
         damp = jnp.zeros((), rdtype)  # damp is not supported at this time, as lineax.
-        norm_in, norm_out = self._flat_norm(in_flat), self._flat_norm(out_flat)
-        norm_x = lambda x: norm_in(system.total(x))  # noqa: E731
+        norm_in = self._flat_norm(in_flat)
+        c = _Constants(
+            system=system,
+            rmv=rmv,
+            norm_in=norm_in,
+            norm_out=self._flat_norm(out_flat),
+            norm_x=lambda x: norm_in(system.total(x)),
+            damp=damp,
+            max_steps=self._resolve_lsmr_max_steps(in_flat, out_flat),
+        )
+        s = lax.while_loop(
+            _continues, ft.partial(self._pass, c), self._init_loop(c, out_flat, x0)
+        )
+        stats = dict(num_steps=s.itn, istop=s.istop, norm_r=s.normr)
+        stats.update(norm_Ar=s.normAr, norm_A=jnp.sqrt(s.normA2))
+        stats.update(cond_A=s.condA, norm_x=c.norm_x(s.x))
+        result = self.steps_result(s.istop == 4)
+        result = lx.RESULTS.where(s.istop < 3, lx.RESULTS.successful, result)
+        result = lx.RESULTS.where(s.istop == 3, lx.RESULTS.conlim, result)
+        result = finish_result(result, s.finite)
+        return system.total(s.x), result, stats
 
+    def _resolve_lsmr_max_steps(self, in_flat: Flattener, out_flat: Flattener) -> int:
+        """`max_steps`, or lineax's default for LSMR."""
         # As lineax: ten times the number of singular values, avoiding overflow.
+        rdtype = jnp.finfo(in_flat.dtype).dtype
         int_max = jnp.iinfo(jnp.dtype(f"int{rdtype.itemsize * 8}")).max
         min_dim = min(in_flat.size, out_flat.size)
         default_steps = int_max if min_dim > int_max / 10 else 10 * min_dim
-        max_steps = default_steps if self.max_steps is None else self.max_steps
+        return default_steps if self.max_steps is None else self.max_steps
+
+    def _init_loop(self, c: _Constants, out_flat: Flattener, x0: Array) -> Loop:
+        """The loop's state before its first pass, which starts from `x0`."""
+        dtype = c.system.flat.dtype
+        rdtype = jnp.finfo(dtype).dtype
         rhs_like = jax.ShapeDtypeStruct((out_flat.size,), dtype)
-        normb, finite = system.scale_of_rhs(norm_out, rhs_like)
+        normb, finite = c.system.scale_of_rhs(c.norm_out, rhs_like)
         real = lambda value: jnp.asarray(value, rdtype)  # noqa: E731
         zeros_in = jnp.zeros_like(x0)
         scalars = {}
@@ -147,7 +189,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             (jnp.finfo(rdtype).max, "minrbar"),
         ]:
             scalars.update({name: real(value) for name in names.split()})
-        init = Loop(
+        return Loop(
             first=jnp.array(True),
             x=x0,
             u=out_flat.zeros(),
@@ -161,76 +203,48 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             **scalars,
         )
 
-        def cond_fun(s: Loop):
-            return s.finite & (s.first | (s.istop == 0))
-
-        def body_fun(s: Loop) -> Loop:
-            first = s.first
-            # The A slot: `b - A x0` on the first pass, else `A v - alpha u`.
-            out = system.apply(jnp.where(first, s.x, s.v), first)
-            u = jnp.where(first, out, out - s.alpha.astype(dtype) * s.u)
-            normb, finite = system.from_first_residual(
-                first, out, norm_out, (s.normb, s.finite)
-            )
-            beta = norm_out(u)
-            u = u / jnp.where(beta == 0, 1, beta).astype(dtype)
-            # The A^H slot: `A^H u` on the first pass, else `A^H u - beta v`.
-            w = rmv(u)
-            v = jnp.where(first, w, w - beta.astype(dtype) * s.v)
-            alpha = norm_in(v)
-            v = v / jnp.where(alpha == 0, 1, alpha).astype(dtype)
-            # Where lineax skips the A^H slot (beta == 0), keep alpha and v (on the
-            # first pass these are lineax's alpha = 0, v = 0).
-            alpha = jnp.where(beta == 0, s.alpha, alpha)
-            v = jnp.where(beta == 0, s.v, v)
-
-            # The first pass: lineax's initialisation. beta == 0 means x exactly
-            # solves the well posed problem; alpha == 0 means x exactly solves the
-            # least squares problem: stop at once, avoiding division by zero.
-            istop = jnp.where(beta == 0, 1, jnp.where(alpha == 0, 2, 0))
-            if max_steps == 0:
-                # No step allowed: x0 unless it already solves (lineax took a
-                # step and reported success with it).
-                istop = jnp.where(istop == 0, 4, istop)
-            start = s._replace(
-                first=jnp.array(False),
-                u=u,
-                v=v,
-                h=v,
-                alpha=alpha,
-                beta=beta,
-                zetabar=alpha * beta,
-                alphabar=alpha,
-                betadd=beta,
-                normA2=alpha**2,
-                istop=istop,
-                normr=beta,
-                normAr=alpha * beta,
-                normb=normb,
-                finite=finite,
-            )
-            # A later pass: one LSMR step, with beta = beta_{k+1}, alpha = alpha_{k+1}.
-            step = lsmr_step(
-                s._replace(u=u, v=v, alpha=alpha, beta=beta),
-                damp,
-                norm_x,
-                max_steps,
-                (self.atol, self.rtol, self.conlim),
-            )
-            return jtu.tree_map(
-                lambda a, c: jnp.where(first, a, c).astype(a.dtype), start, step
-            )
-
-        s = lax.while_loop(cond_fun, body_fun, init)
-
-        stats = dict(num_steps=s.itn, istop=s.istop, norm_r=s.normr)
-        stats.update(norm_Ar=s.normAr, norm_A=jnp.sqrt(s.normA2))
-        stats.update(cond_A=s.condA, norm_x=norm_x(s.x))
-        result = self.steps_result(s.istop == 4)
-        result = lx.RESULTS.where(s.istop < 3, lx.RESULTS.successful, result)
-        result = lx.RESULTS.where(s.istop == 3, lx.RESULTS.conlim, result)
-        result = finish_result(result, s.finite)
-        return system.total(s.x), result, stats
+    def _pass(self, c: _Constants, s: Loop) -> Loop:
+        """The loop body: the bidiagonalisation's pass through both slots
+        (`_bidiagonalise`), then lineax's initialisation on the first pass, else
+        one LSMR step."""
+        first = s.first
+        u, v, alpha, beta, normb, finite = _bidiagonalise(c, s)
+        # The first pass: lineax's initialisation. beta == 0 means x exactly
+        # solves the well posed problem; alpha == 0 means x exactly solves the
+        # least squares problem: stop at once, avoiding division by zero.
+        istop = jnp.where(beta == 0, 1, jnp.where(alpha == 0, 2, 0))
+        if c.max_steps == 0:
+            # No step allowed: x0 unless it already solves (lineax took a
+            # step and reported success with it).
+            istop = jnp.where(istop == 0, 4, istop)
+        start = s._replace(
+            first=jnp.array(False),
+            u=u,
+            v=v,
+            h=v,
+            alpha=alpha,
+            beta=beta,
+            zetabar=alpha * beta,
+            alphabar=alpha,
+            betadd=beta,
+            normA2=alpha**2,
+            istop=istop,
+            normr=beta,
+            normAr=alpha * beta,
+            normb=normb,
+            finite=finite,
+        )
+        # A later pass: one LSMR step, with beta = beta_{k+1}, alpha = alpha_{k+1}.
+        step = lsmr_step(
+            s._replace(u=u, v=v, alpha=alpha, beta=beta),
+            c.damp,
+            c.norm_x,
+            c.max_steps,
+            (self.atol, self.rtol, self.conlim),
+        )
+        return jtu.tree_map(
+            lambda a, b: jnp.where(first, a, b).astype(a.dtype), start, step
+        )
 
     def _flat_norm(self, flat: Flattener) -> Callable[[Array], Array]:
         """`self.norm` of a flat vector, seen with the structure's shapes in the
@@ -249,6 +263,40 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
 
     def assume_full_rank(self):
         return False
+
+
+def _continues(s: Loop) -> Bool[Array, ""]:
+    """The loop's condition: a finite right-hand side, and the first pass or no
+    reason to stop yet."""
+    return s.finite & (s.first | (s.istop == 0))
+
+
+def _bidiagonalise(
+    c: _Constants, s: Loop
+) -> tuple[Array, Array, Array, Array, Array, Array]:
+    """The pass through the `A` and `A^H` slots: the bidiagonalisation's next `u`,
+    `v`, `alpha` and `beta` (on the first pass, its first), and the right-hand
+    side's `(normb, finite)`."""
+    first = s.first
+    dtype = c.system.flat.dtype
+    # The A slot: `b - A x0` on the first pass, else `A v - alpha u`.
+    out = c.system.apply(jnp.where(first, s.x, s.v), first)
+    u = jnp.where(first, out, out - s.alpha.astype(dtype) * s.u)
+    normb, finite = c.system.from_first_residual(
+        first, out, c.norm_out, (s.normb, s.finite)
+    )
+    beta = c.norm_out(u)
+    u = u / jnp.where(beta == 0, 1, beta).astype(dtype)
+    # The A^H slot: `A^H u` on the first pass, else `A^H u - beta v`.
+    w = c.rmv(u)
+    v = jnp.where(first, w, w - beta.astype(dtype) * s.v)
+    alpha = c.norm_in(v)
+    v = v / jnp.where(alpha == 0, 1, alpha).astype(dtype)
+    # Where lineax skips the A^H slot (beta == 0), keep alpha and v (on the
+    # first pass these are lineax's alpha = 0, v = 0).
+    alpha = jnp.where(beta == 0, s.alpha, alpha)
+    v = jnp.where(beta == 0, s.v, v)
+    return u, v, alpha, beta, normb, finite
 
 
 LSMR.__init__.__doc__ = r"""**Arguments:**

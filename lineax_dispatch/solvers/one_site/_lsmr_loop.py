@@ -77,7 +77,32 @@ def lsmr_step(
 
     The state after the step.
     """
-    atol, rtol, conlim = tolerances
+    new, rotations = _rotate(st, damp)
+    new = _estimate_normr(st, new, rotations)
+    new, normA = _estimate_normA_condA(st, new, rotations)
+    return _stopping_rules(st, new, normA, norm_x, max_steps, tolerances)
+
+
+class _Rotations(NamedTuple):
+    """A step's rotations that the estimates read: Qhat's `chat`, `shat`, Q's `c`,
+    `s`, and Qbar's `thetabar` and `rhotemp`."""
+
+    chat: Real[Array, ""]
+    shat: Real[Array, ""]
+    c: Real[Array, ""]
+    s: Real[Array, ""]
+    thetabar: Real[Array, ""]
+    rhotemp: Real[Array, ""]
+
+
+def _rotate(st: Loop, damp: Real[Array, ""]) -> tuple[Loop, _Rotations]:
+    """The step's rotations and the updates of `h`, `hbar` and `x`.
+
+    **Returns:**
+
+    `st` with the step count, the rotations' scalars and `h`, `hbar`, `x` of the
+    step; and the rotations the estimates read.
+    """
     itn = st.itn + 1
     dtype = st.x.dtype
     # Construct rotation Qhat_{k,2k+1}.
@@ -89,7 +114,6 @@ def lsmr_step(
     alphabar = c * st.alpha
     # Use a plane rotation (Qbar_i) to turn R_i^T to R_i^bar
     rhobarold = st.rhobar
-    zetaold = st.zeta
     thetabar = st.sbar * rho
     rhotemp = st.cbar * rho
     cbar, sbar, rhobar = givens(rhotemp, thetanew)
@@ -101,6 +125,27 @@ def lsmr_step(
     step = zeta / (rho * rhobar)
     x = st.x + step.astype(dtype) * hbar
     h = st.h * -(thetanew / rho).astype(dtype) + st.v
+    new = st._replace(
+        itn=itn,
+        x=x,
+        h=h,
+        hbar=hbar,
+        zetabar=zetabar,
+        alphabar=alphabar,
+        sbar=sbar,
+        zeta=zeta,
+        rho=rho,
+        rhobar=rhobar,
+        cbar=cbar,
+    )
+    return new, _Rotations(chat, shat, c, s, thetabar, rhotemp)
+
+
+def _estimate_normr(st: Loop, new: Loop, rotations: _Rotations) -> Loop:
+    """`new` (the step's state so far, from `st`) with the estimate of `||r||` and
+    the scalars of its recurrence."""
+    chat, shat, c, s = rotations.chat, rotations.shat, rotations.c, rotations.s
+    rhobar, zetaold, zeta = new.rhobar, st.zeta, new.zeta
     # Estimate of ||r||.
     # Apply rotation Qhat_{k,2k+1}.
     betaacute = chat * st.betadd
@@ -111,7 +156,7 @@ def lsmr_step(
     # Apply rotation Qtilde_{k-1}.
     # betad = betad_{k-1} here.
     thetatildeold = st.thetatilde
-    ctildeold, stildeold, rhotildeold = givens(st.rhodold, thetabar)
+    ctildeold, stildeold, rhotildeold = givens(st.rhodold, rotations.thetabar)
     thetatilde = stildeold * rhobar
     rhodold = ctildeold * rhobar
     betad = -stildeold * st.betad + ctildeold * betahat
@@ -121,6 +166,23 @@ def lsmr_step(
     taud = (zeta - thetatilde * tautildeold) / rhodold
     delta = st.delta + betacheck**2
     normr = jnp.sqrt(delta + (betad - taud) ** 2 + betadd**2)
+    return new._replace(
+        betadd=betadd,
+        betad=betad,
+        tautildeold=tautildeold,
+        thetatilde=thetatilde,
+        delta=delta,
+        normr=normr,
+        rhodold=rhodold,
+    )
+
+
+def _estimate_normA_condA(
+    st: Loop, new: Loop, rotations: _Rotations
+) -> tuple[Loop, Real[Array, ""]]:
+    """`new` (the step's state so far, from `st`) with the estimates of `||A||^2`
+    and `cond(A)`; and the estimate of `||A||` the stopping rules read."""
+    itn, rhobarold, rhotemp = new.itn, st.rhobar, rotations.rhotemp
     # Estimate ||A||.
     normA2 = st.normA2 + st.beta**2
     normA = jnp.sqrt(normA2)
@@ -129,42 +191,33 @@ def lsmr_step(
     maxrbar = jnp.maximum(st.maxrbar, rhobarold)
     minrbar = jnp.where(itn > 1, jnp.minimum(st.minrbar, rhobarold), st.minrbar)
     condA = jnp.maximum(maxrbar, rhotemp) / jnp.minimum(minrbar, rhotemp)
+    new = new._replace(normA2=normA2, maxrbar=maxrbar, minrbar=minrbar, condA=condA)
+    return new, normA
+
+
+def _stopping_rules(
+    st: Loop,
+    new: Loop,
+    normA: Real[Array, ""],
+    norm_x: Callable[[Array], Array],
+    max_steps: int,
+    tolerances: tuple[float, float, float],
+) -> Loop:
+    """`new` (the step's state so far, from `st`) with `normAr` and the reason
+    `istop` to stop after the step (0 to go on)."""
+    atol, rtol, conlim = tolerances
+    itn = new.itn
     # Compute norms for convergence testing.
-    normAr = jnp.abs(zetabar)
-    well_posed_tol = atol + rtol * (normA * norm_x(x) + st.normb)
-    least_squares_tol = atol + rtol * (normA * normr)
+    normAr = jnp.abs(new.zetabar)
+    well_posed_tol = atol + rtol * (normA * norm_x(new.x) + st.normb)
+    least_squares_tol = atol + rtol * (normA * new.normr)
     # maxiter exceeded; cond(A) seems to be greater than conlim; x solves the
     # least-squares problem, or A x = b, according to atol and rtol.
     istop = jnp.where(itn >= max_steps, 4, st.istop)
-    istop = jnp.where(condA > conlim, 3, istop)
+    istop = jnp.where(new.condA > conlim, 3, istop)
     istop = jnp.where(normAr < least_squares_tol, 2, istop)
-    istop = jnp.where(normr < well_posed_tol, 1, istop)
-    return st._replace(
-        itn=itn,
-        x=x,
-        h=h,
-        hbar=hbar,
-        istop=istop,
-        zetabar=zetabar,
-        alphabar=alphabar,
-        sbar=sbar,
-        betadd=betadd,
-        betad=betad,
-        tautildeold=tautildeold,
-        thetatilde=thetatilde,
-        zeta=zeta,
-        delta=delta,
-        normA2=normA2,
-        maxrbar=maxrbar,
-        normr=normr,
-        normAr=normAr,
-        rho=rho,
-        rhobar=rhobar,
-        cbar=cbar,
-        rhodold=rhodold,
-        condA=condA,
-        minrbar=minrbar,
-    )
+    istop = jnp.where(new.normr < well_posed_tol, 1, istop)
+    return new._replace(normAr=normAr, istop=istop)
 
 
 def givens(a: Real[Array, ""], b: Real[Array, ""]):

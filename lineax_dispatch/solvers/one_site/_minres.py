@@ -1,5 +1,6 @@
 """MINRES with one `mv` call site."""
 
+import functools as ft
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple, TypeAlias
 
@@ -46,6 +47,49 @@ class _Loop(NamedTuple):
     singular: Bool[Array, ""]
     finite: Bool[Array, ""]
     tol: Real[Array, ""]
+
+
+class _Constants(NamedTuple):
+    """What MINRES's loop reads besides its state: the bound `max_steps` on its
+    steps, the real dtype's `eps` and `rcond` (`2 eps n`), the zero scalar and
+    vector a restart resets the recurrences to, and the `tolerance` of a
+    right-hand side."""
+
+    max_steps: int
+    eps: Any
+    rcond: Any
+    zero: Real[Array, ""]
+    zeros: Inexact[Array, " n"]
+    tolerance: Callable[[Array], Real[Array, ""]]
+
+
+class _Lanczos(NamedTuple):
+    """A pass's Lanczos step: the slot's output `out`, the next unnormalised
+    Lanczos vector `u` and its preconditioned `z`, `alpha`, the next `beta`, and
+    whether `beta^2 = <u, z>` came out negative (`breakdown`: an indefinite
+    preconditioner)."""
+
+    out: Inexact[Array, " n"]
+    u: Inexact[Array, " n"]
+    z: Inexact[Array, " n"]
+    alpha: Real[Array, ""]
+    beta: Real[Array, ""]
+    breakdown: Bool[Array, ""]
+
+
+class _QRStep(NamedTuple):
+    """A Lanczos step's QR update: the new `tnorm2`, `dbar`, rotation `cs`, `sn`,
+    the iterate's step `phi w`, whether the step finds the system `singular` and
+    whether it is taken (`take`)."""
+
+    tnorm2: Real[Array, ""]
+    dbar: Real[Array, ""]
+    cs: Real[Array, ""]
+    sn: Real[Array, ""]
+    phi: Real[Array, ""]
+    w: Inexact[Array, " n"]
+    singular: Bool[Array, ""]
+    take: Bool[Array, ""]
 
 
 class MINRES(AbstractOneSiteSolver[_MINRESState]):
@@ -124,143 +168,204 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """Runs MINRES on `system` from `y0` (flat). Returns the flat solution (with
         the system's offset added), the result and the stats."""
-        flat = system.flat
-        size = flat.size
-        max_steps = self.resolve_max_steps(size)
-        real = jnp.finfo(flat.dtype).dtype
+        size = system.flat.size
+        real = jnp.finfo(system.flat.dtype).dtype
         eps = jnp.finfo(real).eps
-        rcond = 2 * eps * max(size, 1)
-
-        def tolerance(b):
-            with jax.numpy_dtype_promotion("standard"):
-                return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
-
-        zero = jnp.zeros((), real)
-        zeros = jnp.zeros_like(y0)
-        tol, finite = system.scale_of_rhs(tolerance, y0)
-        init = _Loop(
-            y=y0,
-            **dict.fromkeys(("v", "r1", "r2", "w", "w2"), zeros),
-            **dict.fromkeys(("beta", "oldb", "tnorm2", "dbar", "epsln"), zero),
-            phibar=zero,
-            sn=zero,
-            cs=jnp.array(-1, real),
-            step=jnp.array(0),
-            started=jnp.array(False),
-            checked=jnp.array(False),
-            breakdown=jnp.array(False),
-            singular=jnp.array(False),
-            finite=finite,
-            tol=tol,
+        c = _Constants(
+            max_steps=self.resolve_max_steps(size),
+            eps=eps,
+            rcond=2 * eps * max(size, 1),
+            zero=jnp.zeros((), real),
+            zeros=jnp.zeros_like(y0),
+            tolerance=ft.partial(self._tolerance, real),
         )
-
-        def not_converged(s: _Loop):
-            return s.phibar > s.tol
-
-        def ended(s: _Loop):
-            # The Lanczos process has ended when beta is negligible against the
-            # estimate of the operator's norm, `sqrt(tnorm2)`.
-            return s.beta <= rcond * jnp.sqrt(s.tnorm2)
-
-        def residual_pass(s: _Loop):
-            # The first pass, and a check of the true residual once the estimate
-            # passes the test or the process ends (a restart where it fails).
-            return ~s.started | (~s.checked & (~not_converged(s) | ended(s)))
-
-        def cond_fun(s: _Loop):
-            going = s.finite & ~s.breakdown
-            iterate = ~s.singular & ~ended(s) & (s.step < max_steps) & not_converged(s)
-            return going & (residual_pass(s) | iterate)
-
-        def body_fun(s: _Loop) -> _Loop:
-            first = ~s.started
-            restart = residual_pass(s)
-            v, beta, oldb, phibar = s.v, s.beta, s.oldb, s.phibar
-            # The one application slot: the residual at the iterate on a residual
-            # pass (y0 on the first), else the operator applied to the Lanczos
-            # vector.
-            out = system.apply(jnp.where(restart, s.y, v), restart)
-            # Lanczos: u = A v - (beta / oldb) r1 - (alpha / beta) r2.
-            u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s.r1
-            alpha = jnp.real(dot(v, u))
-            u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s.r2
-            u = jnp.where(restart, out, u)
-            z = precond(u)
-            beta_sq = jnp.real(dot(u, z))
-            breakdown = beta_sq < 0
-            beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
-            step = ~restart
-            # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
-            # Unlike scipy, it leaves out the first beta, the norm of the residual.
-            entries = alpha**2 + beta_new**2 + jnp.where(oldb > 0, beta**2, 0)
-            tnorm2 = s.tnorm2 + jnp.where(step, entries, 0)
-            small = rcond * jnp.sqrt(tnorm2)
-            # QR of the Lanczos tridiagonal by Givens rotations.
-            delta = s.cs * s.dbar + s.sn * alpha
-            gbar = s.sn * s.dbar - s.cs * alpha
-            dbar = -s.cs * beta_new
-            gamma_raw = jnp.hypot(gbar, beta_new)
-            gamma = jnp.maximum(gamma_raw, eps)
-            cs, sn = gbar / gamma, beta_new / gamma
-            phi = cs * phibar
-            w = (v - s.epsln * s.w2 - delta * s.w) / gamma
-            # The projected matrix is singular (the step, which would blow up, is
-            # not taken), or the iterate is a least-squares solution: `||A r||` is
-            # negligible against `||A|| ||r||`.
-            degenerate = step & (gamma_raw <= small)
-            singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
-            take = step & ~degenerate
-            phibar = jnp.where(restart, beta_new, jnp.where(take, sn * phibar, phibar))
-            tol, finite = system.from_first_residual(
-                first, out, tolerance, (s.tol, s.finite)
-            )
-
-            def pick(new, old, start=None):
-                # A step's value; on a residual pass the old one, or `start` where
-                # the pass restarts the process.
-                kept = old if start is None else jnp.where(restart, start, old)
-                return jnp.where(step, new, kept)
-
-            return _Loop(
-                y=jnp.where(take, s.y + phi * w, s.y),
-                v=z / jnp.where(beta_new > 0, beta_new, 1),
-                r1=pick(s.r2, s.r1),
-                r2=u,
-                w=pick(w, s.w, zeros),
-                w2=pick(s.w, s.w2, zeros),
-                beta=beta_new,
-                oldb=pick(beta, oldb, zero),
-                tnorm2=tnorm2,
-                dbar=pick(dbar, s.dbar, zero),
-                epsln=pick(s.sn * beta_new, s.epsln, zero),
-                phibar=phibar,
-                sn=pick(sn, s.sn, zero),
-                cs=pick(cs, s.cs, jnp.array(-1, real)),
-                step=s.step + step.astype(s.step.dtype),
-                started=jnp.array(True),
-                checked=restart,
-                breakdown=s.breakdown | breakdown,
-                singular=s.singular | singular,
-                finite=finite,
-                tol=tol,
-            )
-
-        s = lax.while_loop(cond_fun, body_fun, init)
-        nc = not_converged(s)
+        s = lax.while_loop(
+            ft.partial(_continues, c),
+            ft.partial(_pass, system, precond, c),
+            _init_loop(system, y0, c),
+        )
+        nc = _not_converged(s)
         finite_state = jnp.isfinite(s.phibar) & jnp.isfinite(s.beta) & all_finite(s.y)
         return self.loop_end(
             system,
             s,
-            max_steps,
+            c.max_steps,
             nc,
             finite_input=s.finite,
             codes=(
-                (ended(s) & nc, lx.RESULTS.stagnation),
+                (_ended(s, c.rcond) & nc, lx.RESULTS.stagnation),
                 (s.singular & nc, lx.RESULTS.singular),
             ),
             breakdown=s.breakdown,
             finite_state=finite_state,
         )
+
+    def _tolerance(self, real: Any, b: Array) -> Real[Array, ""]:
+        """The stopping test's tolerance `atol + rtol * ||b||_2`, in the dtype
+        `real`."""
+        with jax.numpy_dtype_promotion("standard"):
+            return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
+
+
+def _init_loop(system: System, y0: Array, c: _Constants) -> _Loop:
+    """The loop's state before its first pass, a residual pass at `y0`."""
+    zero, zeros = c.zero, c.zeros
+    tol, finite = system.scale_of_rhs(c.tolerance, y0)
+    return _Loop(
+        y=y0,
+        **dict.fromkeys(("v", "r1", "r2", "w", "w2"), zeros),
+        **dict.fromkeys(("beta", "oldb", "tnorm2", "dbar", "epsln"), zero),
+        phibar=zero,
+        sn=zero,
+        cs=jnp.array(-1, zero.dtype),
+        step=jnp.array(0),
+        started=jnp.array(False),
+        checked=jnp.array(False),
+        breakdown=jnp.array(False),
+        singular=jnp.array(False),
+        finite=finite,
+        tol=tol,
+    )
+
+
+def _not_converged(s: _Loop) -> Bool[Array, ""]:
+    """The stopping test on the residual's 2-norm estimate."""
+    return s.phibar > s.tol
+
+
+def _ended(s: _Loop, rcond: Any) -> Bool[Array, ""]:
+    """Whether the Lanczos process has ended (`rcond` is `2 eps n`)."""
+    # The Lanczos process has ended when beta is negligible against the
+    # estimate of the operator's norm, `sqrt(tnorm2)`.
+    return s.beta <= rcond * jnp.sqrt(s.tnorm2)
+
+
+def _residual_pass(s: _Loop, rcond: Any) -> Bool[Array, ""]:
+    """Whether the next pass through the slot is a residual pass."""
+    # The first pass, and a check of the true residual once the estimate
+    # passes the test or the process ends (a restart where it fails).
+    return ~s.started | (~s.checked & (~_not_converged(s) | _ended(s, rcond)))
+
+
+def _continues(c: _Constants, s: _Loop) -> Bool[Array, ""]:
+    """The loop's condition: finite and no breakdown, and a residual pass to make
+    or a step to take."""
+    going = s.finite & ~s.breakdown
+    iterate = (
+        ~s.singular & ~_ended(s, c.rcond) & (s.step < c.max_steps) & _not_converged(s)
+    )
+    return going & (_residual_pass(s, c.rcond) | iterate)
+
+
+def _pass(
+    system: System, precond: Callable[[Array], Array], c: _Constants, s: _Loop
+) -> _Loop:
+    """The loop body: a Lanczos step (`_lanczos`) and its QR update (`_qr_step`),
+    or, on a residual pass, a (re)start of the process from the true residual."""
+    first = ~s.started
+    restart = _residual_pass(s, c.rcond)
+    lanczos = _lanczos(system, precond, s, restart)
+    step = ~restart
+    qr = _qr_step(s, lanczos, step, c)
+    beta_new = lanczos.beta
+    phibar = jnp.where(
+        restart, beta_new, jnp.where(qr.take, qr.sn * s.phibar, s.phibar)
+    )
+    tol, finite = system.from_first_residual(
+        first, lanczos.out, c.tolerance, (s.tol, s.finite)
+    )
+    pick = ft.partial(_pick, step, restart)
+    return _Loop(
+        y=jnp.where(qr.take, s.y + qr.phi * qr.w, s.y),
+        v=lanczos.z / jnp.where(beta_new > 0, beta_new, 1),
+        r1=pick(s.r2, s.r1),
+        r2=lanczos.u,
+        w=pick(qr.w, s.w, c.zeros),
+        w2=pick(s.w, s.w2, c.zeros),
+        beta=beta_new,
+        oldb=pick(s.beta, s.oldb, c.zero),
+        tnorm2=qr.tnorm2,
+        dbar=pick(qr.dbar, s.dbar, c.zero),
+        epsln=pick(s.sn * beta_new, s.epsln, c.zero),
+        phibar=phibar,
+        sn=pick(qr.sn, s.sn, c.zero),
+        cs=pick(qr.cs, s.cs, jnp.array(-1, c.zero.dtype)),
+        step=s.step + step.astype(s.step.dtype),
+        started=jnp.array(True),
+        checked=restart,
+        breakdown=s.breakdown | lanczos.breakdown,
+        singular=s.singular | qr.singular,
+        finite=finite,
+        tol=tol,
+    )
+
+
+def _pick(
+    step: Bool[Array, ""],
+    restart: Bool[Array, ""],
+    new: Array,
+    old: Array,
+    start: Array | None = None,
+) -> Array:
+    """The value of one of the loop's recurrences after a pass."""
+    # A step's value; on a residual pass the old one, or `start` where the pass
+    # restarts the process.
+    kept = old if start is None else jnp.where(restart, start, old)
+    return jnp.where(step, new, kept)
+
+
+def _lanczos(
+    system: System,
+    precond: Callable[[Array], Array],
+    s: _Loop,
+    restart: Bool[Array, ""],
+) -> _Lanczos:
+    """The pass through the `mv` slot and the preconditioner: a Lanczos step, or,
+    where `restart`, the (preconditioned) true residual."""
+    v, beta, oldb = s.v, s.beta, s.oldb
+    # The one application slot: the residual at the iterate on a residual
+    # pass (y0 on the first), else the operator applied to the Lanczos
+    # vector.
+    out = system.apply(jnp.where(restart, s.y, v), restart)
+    # Lanczos: u = A v - (beta / oldb) r1 - (alpha / beta) r2.
+    u = out - (beta / jnp.where(oldb > 0, oldb, 1)) * s.r1
+    alpha = jnp.real(dot(v, u))
+    u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s.r2
+    u = jnp.where(restart, out, u)
+    z = precond(u)
+    beta_sq = jnp.real(dot(u, z))
+    breakdown = beta_sq < 0
+    beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
+    return _Lanczos(out, u, z, alpha, beta_new, breakdown)
+
+
+def _qr_step(
+    s: _Loop, lanczos: _Lanczos, step: Bool[Array, ""], c: _Constants
+) -> _QRStep:
+    """The estimate of the operator's norm and the QR update of a Lanczos step
+    (read where `step`)."""
+    alpha, beta, beta_new = lanczos.alpha, s.beta, lanczos.beta
+    # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
+    # Unlike scipy, it leaves out the first beta, the norm of the residual.
+    entries = alpha**2 + beta_new**2 + jnp.where(s.oldb > 0, beta**2, 0)
+    tnorm2 = s.tnorm2 + jnp.where(step, entries, 0)
+    small = c.rcond * jnp.sqrt(tnorm2)
+    # QR of the Lanczos tridiagonal by Givens rotations.
+    delta = s.cs * s.dbar + s.sn * alpha
+    gbar = s.sn * s.dbar - s.cs * alpha
+    dbar = -s.cs * beta_new
+    gamma_raw = jnp.hypot(gbar, beta_new)
+    gamma = jnp.maximum(gamma_raw, c.eps)
+    cs, sn = gbar / gamma, beta_new / gamma
+    phi = cs * s.phibar
+    w = (s.v - s.epsln * s.w2 - delta * s.w) / gamma
+    # The projected matrix is singular (the step, which would blow up, is
+    # not taken), or the iterate is a least-squares solution: `||A r||` is
+    # negligible against `||A|| ||r||`.
+    degenerate = step & (gamma_raw <= small)
+    singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
+    take = step & ~degenerate
+    return _QRStep(tnorm2, dbar, cs, sn, phi, w, singular, take)
 
 
 MINRES.__init__.__doc__ = r"""**Arguments:**
