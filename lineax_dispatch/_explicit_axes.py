@@ -2,6 +2,7 @@
 `lineax_dispatch.operators._sharding` for what that means for operators and
 solvers): the one test every layer shares."""
 
+import math
 from typing import Any
 
 import jax
@@ -45,3 +46,23 @@ def explicit_sharding(x: Any) -> NamedSharding | None:
     if not any(axes_of(entry) & explicit for entry in sharding.spec):
         return None
     return sharding
+
+
+def device_parts(x: Any) -> int:
+    """How many parts the Explicit sharding in `x`'s type splits it into, one on
+    each device: the product of the sizes of the mesh axes its `PartitionSpec`
+    names; 1 without one.
+
+    **Arguments:**
+
+    - `x`: an array, a tracer, a `jax.ShapeDtypeStruct` or an abstract value.
+
+    **Returns:**
+
+    An int, at least 1.
+    """
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return 1
+    sizes = dict(sharding.mesh.shape)
+    return math.prod(sizes[a] for entry in sharding.spec for a in axes_of(entry))

@@ -194,6 +194,59 @@ _REWRITES = textwrap.dedent(
     """
 )
 
+_BUDGETS = textwrap.dedent(
+    """
+    # A memory budget counts one device's bytes of a sharded matrix; and
+    # `lx.materialise` builds the matrix of a matrix-free operator whose vectors an
+    # Explicit axis shards (lineax's identity has no sharding) with its rows
+    # sharded as the output.
+    mesh = jax.make_mesh((8,), ("x",))
+    n = 512
+    rows = NamedSharding(mesh, P("x"))
+    m = rng.standard_normal((n, n)).astype(np.float32)
+    a_np = m @ m.T / n + np.eye(n, dtype=np.float32)
+    b_np = rng.standard_normal(n).astype(np.float32)
+    tag = lx.positive_semidefinite_tag
+    # 1 MiB of matrix, 128 KiB a device; with the build's peak, 3 MiB and 384 KiB.
+    budget = "400KB"
+
+    def build(a, structure):
+        fn = lambda y: jnp.matmul(a, y, out_sharding=structure.sharding)
+        op = lxd.FunctionLinearOperator(
+            fn, structure, tag, policy=lxd.Materialise(memory_budget=budget)
+        )
+        return op, lxd.dense_matrix(op)
+
+    with jax.set_mesh(mesh):
+        a = jax.device_put(jnp.asarray(a_np), NamedSharding(mesh, P("x", None)))
+        b = jax.device_put(jnp.asarray(b_np), rows)
+        structure = jax.ShapeDtypeStruct((n,), jnp.float32, sharding=rows)
+        f = jax.jit(lambda a: build(a, structure)[1])
+        matrix = f(a)
+        assert matrix.sharding.spec == P("x", None), matrix.sharding
+        np.testing.assert_allclose(matrix, a_np, rtol=1e-6)
+        per_device = f.lower(a).compile().memory_analysis().output_size_in_bytes
+        assert per_device == n * n * 4 // 8, per_device
+        op, _ = build(a, structure)
+        assert lxd.observe(op, memory_budget=10**9).row_parts == 8
+        dense = lx.materialise(op)
+        assert isinstance(dense, lxd.AbstractDispatchOperator), type(dense)
+        assert jax.typeof(dense.as_matrix()).sharding.spec == P("x", None)
+        np.testing.assert_allclose(dense.as_matrix(), a_np, rtol=1e-6)
+        y = jax.jit(lambda b: lx.linear_solve(dense, b, lxd.CG(1e-5, 1e-5)).value)(b)
+        np.testing.assert_allclose(y, np.linalg.solve(a_np, b_np), rtol=1e-3)
+    # Unsharded, the same matrix is over the budget.
+    a1 = jnp.asarray(a_np)
+    try:
+        build(a1, jax.ShapeDtypeStruct((n,), jnp.float32))
+    except ValueError as e:
+        assert "memory budget" in str(e), e
+    else:
+        raise AssertionError("no budget error")
+    print("OK")
+    """
+)
+
 
 def _run(script: str) -> str:
     # Eight host devices, on top of the suite's flags (conftest).
@@ -224,3 +277,7 @@ def test_matrix_free_gradients_least_squares_and_per_device_memory():
 
 def test_lxd_jit_rewrites_keep_jax_jit_s_shardings():
     assert "OK 9" in _run(_REWRITES)
+
+
+def test_budgets_count_one_device_s_part_of_a_sharded_matrix():
+    _run(_BUDGETS)

@@ -32,7 +32,7 @@ import lineax as lx
 from jaxtyping import Array, Inexact
 
 from ..policies import Materialise, RawMv
-from ..policies._dense import diagonal_in_chunks
+from ..policies._dense import build_dense_matrix, diagonal_in_chunks
 from ..policies._memory import (
     budget_in_force,
     build_bytes,
@@ -45,6 +45,7 @@ from ..policies._memory import (
 )
 from ._base import AbstractDispatchOperator, holds_entries
 from ._convert import adopt
+from ._sharding import sharded_structure
 
 
 _MATRIX_FREE = (lx.FunctionLinearOperator, lx.JacobianLinearOperator)
@@ -97,8 +98,33 @@ def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator
     elif not holds_entries(operator):
         _check_plain_operands(operator, operator.policy, what)
     with policy_in_force(operator.policy):
-        out = _lineax_implementation(lx.materialise, operator)(operator)
+        if _explicitly_sharded_vectors(operator):
+            out = _sharded_matrix(operator)
+        else:
+            out = _lineax_implementation(lx.materialise, operator)(operator)
     return adopt(out, operator.policy)
+
+
+def _explicitly_sharded_vectors(operator: lx.AbstractLinearOperator) -> bool:
+    """Whether `operator` is matrix-free and square, and takes and gives vectors
+    of one type that an Explicit mesh axis shards: lineax builds its matrix from
+    an identity that has no sharding, which the operator's function does not
+    accept."""
+    if not isinstance(operator, _MATRIX_FREE):
+        return False
+    leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
+    if len(leaves) != 2 or leaves[0].ndim != 1 or leaves[0] != leaves[1]:
+        return False
+    return sharded_structure(operator) is not None
+
+
+def _sharded_matrix(operator: lx.AbstractLinearOperator) -> lx.MatrixLinearOperator:
+    """The matrix of a matrix-free `operator` that `_explicitly_sharded_vectors`
+    accepts, built from basis vectors in its vectors' sharding
+    (`policies._dense.build_dense_matrix`): its rows sharded as they are, which is
+    how a `MatrixLinearOperator` of ours (`adopt`) types the vectors it takes and
+    gives."""
+    return lx.MatrixLinearOperator(build_dense_matrix(operator, None), operator.tags)
 
 
 @lx.linearise.register(AbstractDispatchOperator)

@@ -78,9 +78,11 @@ class Auto(AbstractPolicy):
 
         - `memory_budget`: bytes (int) or a string like `"2GB"` (see
             [`lineax_dispatch.parse_memory_budget`][]) that a materialised matrix,
-            with the peak of building it, may use. `None` (the default) allows half
-            of the free memory of the default device (the host's available memory
-            where the device does not report it), read at decision time.
+            with the peak of building it, may use on one device (a matrix whose
+            rows an Explicit mesh axis shards counts its part on each). `None`
+            (the default) allows half of the free memory of the default device
+            (the host's available memory where the device does not report it),
+            read at decision time.
         - `cost_model`: a [`lineax_dispatch.CostModel`][], the machine constants of
             the decision rule. `None` (the default) uses this machine's: the
             defaults scaled by micro-measurements taken at first use and cached

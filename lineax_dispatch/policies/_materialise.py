@@ -118,6 +118,7 @@ Materialise.__init__.__doc__ = """**Arguments:**
     `jax.lax.map(..., batch_size=batch_size)`, bounding the memory of the
     intermediates, and is often faster to compile for deep functions.
 - `memory_budget`: bytes (or a string like `"2GB"`) the matrix and the build's peak
-    may take; `None` (the default) allows half of the free memory. Over budget, `mv`
-    raises a `ValueError` at trace time giving both numbers.
+    may take on one device (a matrix whose rows an Explicit mesh axis shards
+    counts its part on each); `None` (the default) allows half of the free memory.
+    Over budget, `mv` raises a `ValueError` at trace time giving both numbers.
 """

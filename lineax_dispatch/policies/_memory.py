@@ -26,6 +26,7 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._explicit_axes import device_parts
 from .._validate import as_real
 
 
@@ -92,19 +93,31 @@ def build_bytes(out_size: int, in_size: int, itemsize: int, chunk: int) -> int:
     return itemsize * (out_size * in_size + chunk * (in_size + out_size))
 
 
+def row_parts(out_structure: PyTree[Any]) -> int:
+    """The devices the rows of the dense matrix of an operator with output
+    structure `out_structure` are split over: those its output, one array typed
+    with an Explicit mesh axis, is split over (a matrix is built, and held, with
+    its rows sharded as the output); 1 otherwise."""
+    leaves = jtu.tree_leaves(out_structure)
+    return device_parts(leaves[0]) if len(leaves) == 1 else 1
+
+
 def dense_bytes(operator: lx.AbstractLinearOperator) -> int:
-    """Bytes of the dense matrix of `operator`."""
-    return matrix_bytes(operator.out_size(), operator.in_size(), itemsize(operator))
+    """Bytes of the dense matrix of `operator` on one device (see `row_parts`)."""
+    rows = -(-operator.out_size() // row_parts(operator.out_structure()))
+    return matrix_bytes(rows, operator.in_size(), itemsize(operator))
 
 
 def operator_build_bytes(
     operator: lx.AbstractLinearOperator, batch_size: int | None
 ) -> int:
-    """Bytes of a materialised matrix of `operator` plus the peak of building it
-    `batch_size` columns at a time (all columns when `None`)."""
+    """Bytes on one device of a materialised matrix of `operator` plus the peak of
+    building it `batch_size` columns at a time (all columns when `None`): the
+    matrix's rows and each chunk's vectors split over `row_parts` devices."""
     n_in, n_out = operator.in_size(), operator.out_size()
     chunk = n_in if batch_size is None else min(batch_size, n_in)
-    return build_bytes(n_out, n_in, itemsize(operator), chunk)
+    whole = build_bytes(n_out, n_in, itemsize(operator), chunk)
+    return -(-whole // row_parts(operator.out_structure()))
 
 
 def diagonal_build_bytes(out_size: int, in_size: int, itemsize: int, chunk: int) -> int:
@@ -379,4 +392,7 @@ def check_dense_budget(
     else:
         needed = dense_bytes(operator)
         detail = "the dense matrix alone"
+    parts = row_parts(operator.out_structure())
+    if parts > 1:
+        detail += f", on each of the {parts} devices its rows are split over"
     check_bytes(operator, policy, needed, what=what, detail=detail)

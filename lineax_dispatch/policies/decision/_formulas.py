@@ -23,10 +23,11 @@ def workspace(o: Observation) -> int:
 
 
 def materialise_memory(o: Observation, chunk: int) -> int:
-    """Peak bytes of materialising: the matrix, plus `chunk` columns' worth of the
-    intermediates of `mv` while building it."""
+    """Peak bytes on one device of materialising: the matrix, plus `chunk` columns'
+    worth of the intermediates of `mv` while building it, split over the devices
+    the matrix's rows are (`o.row_parts`)."""
     per_column = workspace(o)
-    return o.matrix_bytes + int(chunk * per_column)
+    return -(-(o.matrix_bytes + int(chunk * per_column)) // o.row_parts)
 
 
 def build_chunk(o: Observation, model: CostModel) -> int | None:

@@ -7,7 +7,13 @@ import jax.tree_util as jtu
 import lineax as lx
 
 from .._dense import EXPLICIT_OPERATORS
-from .._memory import array_bytes, matrix_bytes, structure_size, structures_dtype
+from .._memory import (
+    array_bytes,
+    matrix_bytes,
+    row_parts,
+    structure_size,
+    structures_dtype,
+)
 from ..calls._keys import is_leaf_array
 from ._cost import mv_cost, MvCost
 
@@ -68,6 +74,9 @@ class Observation(eqx.Module):
     - `mv_batchable`: whether `vmap` can batch `mv` (not where it calls
         `jax.pure_callback` without a `vmap_method`): a matrix build, and applying
         a block of vectors in lockstep, need it.
+    - `row_parts`: the devices the matrix's rows would be split over (its output
+        typed with an Explicit mesh axis; see `policies._memory.row_parts`): the
+        memory budget is one device's, and counts one device's part.
     """
 
     kind: str
@@ -93,6 +102,7 @@ class Observation(eqx.Module):
     cost_source: str = "estimate"
     mv_effects: bool = False
     mv_batchable: bool = True
+    row_parts: int = 1
 
     @property
     def matrix_bytes(self) -> int:
@@ -191,4 +201,5 @@ def observe(
         cost_source="none" if cost is None else cost.source,
         mv_effects=cost is not None and cost.effects,
         mv_batchable=cost is None or cost.batchable,
+        row_parts=row_parts(out_structure),
     )

@@ -234,18 +234,17 @@ def givens(a: Real[Array, ""], b: Real[Array, ""]):
     def azero(a, b):
         return jnp.zeros_like(b), jnp.sign(b), jnp.abs(b)
 
-    def b_gt_a(a, b):
-        tau = a / jnp.where(b == 0.0, 1.0, b)
-        s = jnp.sign(b) / jnp.sqrt(1.0 + tau**2)
-        c = s * tau
-        r = b / jnp.where(s == 0.0, 1.0, s)
-        return c, s, r
-
     def a_ge_b(a, b):
         tau = b / jnp.where(a == 0.0, 1.0, a)
         c = jnp.sign(a) / jnp.sqrt(1.0 + tau**2)
         s = c * tau
         r = a / jnp.where(c == 0.0, 1.0, c)
+        return c, s, r
+
+    def b_gt_a(a, b):
+        # The same rotation with the roles of `a` and `b`, and of `c` and `s`,
+        # exchanged.
+        s, c, r = a_ge_b(b, a)
         return c, s, r
 
     def either_zero(a, b):
