@@ -75,14 +75,19 @@ def _rows_and_columns(sharding: NamedSharding) -> tuple[Any, Any]:
     return spec[0], spec[1]
 
 
-def replicated_like(x: Any) -> NamedSharding | None:
-    """The replicated sharding on the mesh of `x`'s explicit sharding (where a
-    reduction over `x`'s sharded axes must put its result), else `None` (the
-    default `out_sharding` of JAX's functions).
+def replicated_like(x: Any, ndim: int = 0) -> NamedSharding | None:
+    """The replicated sharding of an `ndim`-dimensional result on the mesh of
+    `x`'s explicit sharding (where a reduction over `x`'s sharded axes must put
+    its result), else `None` (the default `out_sharding` of JAX's functions).
+
+    The `PartitionSpec` names every axis of the result (`None` each): `vmap`'s
+    rule for a product inserts the batch axis into the spec by position, and fails
+    on a shorter one.
 
     **Arguments:**
 
     - `x`: an array or tracer.
+    - `ndim`: the number of axes of the result.
 
     **Returns:**
 
@@ -91,7 +96,7 @@ def replicated_like(x: Any) -> NamedSharding | None:
     sharding = explicit_sharding(x)
     if sharding is None:
         return None
-    return NamedSharding(sharding.mesh, PartitionSpec())
+    return NamedSharding(sharding.mesh, PartitionSpec(*(None,) * ndim))
 
 
 def stacked_like(x: Any) -> NamedSharding | None:

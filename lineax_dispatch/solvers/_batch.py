@@ -31,6 +31,7 @@ from ..policies import (
 )
 from ..policies._dense import check_batch_size
 from ..policies._memory import policy_in_force
+from ._auto_solver import AutoSolver
 from ._batch_chunks import as_mesh, sharded, with_progress, without_explicit_axes
 from ._prepare import _single_array, _tags, expected_iterations
 
@@ -94,6 +95,23 @@ def _resolve_policy(
     if isinstance(operator, AbstractDispatchOperator):
         return operator, operator.policy
     return operator, Lazy()
+
+
+def _vmaps_explicit_axes(
+    solver: lx.AbstractLinearSolver, operator: lx.AbstractLinearOperator
+) -> bool:
+    """Whether `vmap` can batch `solver`'s solves of `operator`: not where an
+    Explicit mesh axis shards its vectors and the solver that runs (the one
+    `AutoSolver` picks, the one `PolicySolver` or `Normal` wraps) says it cannot
+    (`AbstractOneSiteSolver.vmaps_explicit_axes`)."""
+    if sharded_structure(operator) is None:
+        return True
+    if isinstance(solver, AutoSolver):
+        solver = solver.select(operator)
+    inner = getattr(solver, "inner_solver", getattr(solver, "solver", None))
+    if isinstance(inner, lx.AbstractLinearSolver):
+        return _vmaps_explicit_axes(inner, operator)
+    return getattr(solver, "vmaps_explicit_axes", True)
 
 
 def _apply_stack(fn, vectors, strategy: AbstractPolicy):
@@ -300,6 +318,8 @@ def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_s
             operator = with_policy(operator, Lazy())
         if batch_size is not None:
             strategy = VmapBatch(batch_size=batch_size)
+        if not _vmaps_explicit_axes(solver, operator):
+            strategy = Scan()  # one after another
         dynamic, static = eqx.partition(operator, eqx.is_array)
         stopped = eqx.combine(lax.stop_gradient(dynamic), static)
         state = solver.init(stopped, options)

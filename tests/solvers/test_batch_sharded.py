@@ -40,6 +40,45 @@ _SCRIPT = textwrap.dedent(
     )
     out = lxd.batch_solve(op, sharded, lx.LU()).value
     np.testing.assert_allclose(np.asarray(out)[:batch], expected, rtol=1e-8)
+
+    # A 2-D mesh: the operator's rows over one axis, the right-hand sides over the
+    # other, on Explicit and Auto axes, every solver of ours (GMRES and what wraps
+    # it solve one right-hand side after another on Explicit axes: see
+    # `vmaps_explicit_axes`).
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    n, batch = 32, 8
+    m = rng.standard_normal((n, n))
+    spd = m @ m.T / n + np.eye(n)
+    general = m / np.sqrt(n) + 3 * np.eye(n)
+    bs_np = rng.standard_normal((batch, n))
+    tol = dict(rtol=1e-10, atol=1e-10)
+    cases = [
+        (spd, lx.positive_semidefinite_tag, lxd.CG(**tol)),
+        (spd, lx.positive_semidefinite_tag, lxd.MINRES(**tol)),
+        (spd, lx.positive_semidefinite_tag, lxd.AutoSolver(**tol)),
+        (general, (), lxd.GMRES(**tol)),
+        (general, (), lxd.BiCGStab(**tol)),
+        (general, (), lxd.LSMR(**tol)),
+        (general, (), lxd.Normal(lxd.GMRES(**tol))),
+        (general, (), lxd.PolicySolver(lxd.GMRES(**tol), lxd.Lazy())),
+        (general, (), lxd.AutoSolver(**tol)),
+    ]
+    done = 0
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = jax.make_mesh((4, 2), ("x", "r"), axis_types=(kind, kind))
+        bs = jax.device_put(bs_np, NamedSharding(mesh, P("r", "x")))
+        for a_np, tags, solver in cases:
+            a = jax.device_put(a_np, NamedSharding(mesh, P("x", None)))
+            with jax.set_mesh(mesh):
+                op = lxd.MatrixLinearOperator(a, tags)
+                solve = jax.jit(lambda b: lxd.batch_solve(op, b, solver).value)
+                out = solve(bs)
+            expected = np.linalg.solve(a_np, bs_np.T).T
+            where = f"{kind} {solver}"
+            np.testing.assert_allclose(out, expected, atol=1e-8, err_msg=where)
+            done += 1
+    assert done == 2 * len(cases), done
     print("OK")
     """
 )

@@ -89,6 +89,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     # tagged positive semidefinite.
     takes_preconditioner: ClassVar[bool] = True
     psd_preconditioner: ClassVar[bool] = False
+    # Whether `vmap` can batch the solve of vectors sharded over an Explicit mesh
+    # axis (`batch_solve` solves them one after another where it cannot).
+    vmaps_explicit_axes: ClassVar[bool] = True
 
     rtol: eqx.AbstractVar[float]
     atol: eqx.AbstractVar[float]

@@ -2,7 +2,7 @@
 
 import functools as ft
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias
 
 import jax.lax as lax
 import jax.numpy as jnp
@@ -86,6 +86,12 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         sol = lx.linear_solve(op, jnp.array([1.0, 2.0]), solver)
         ```
     """
+
+    # Under `vmap`, JAX turns the `lax.cond` of a cycle's end into a select over
+    # its operands and broadcasts the predicate without their sharding, which
+    # fails for the Krylov basis sharded over an Explicit mesh axis (jax 0.10.2
+    # and 0.12.0.1).
+    vmaps_explicit_axes: ClassVar[bool] = False
 
     rtol: float
     atol: float
