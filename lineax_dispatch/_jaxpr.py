@@ -2,7 +2,7 @@
 shapes of a computation's inputs and outputs, and which primitives are heavy
 work."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -61,6 +61,44 @@ HEAVY = frozenset(
         prims.fft_p,
     }
 )
+
+
+def finds_below(
+    find: Callable[[Any], tuple[list[Any], bool]],
+    factor: Callable[[Any], float] = lambda eqn: 1.0,
+) -> Callable[[Any], list[tuple[Any, float]]]:
+    """A function of a jaxpr giving what `find` finds in its equations, at any
+    depth, each with how many times it runs per run of the jaxpr; a sub-program
+    called at several places (one traced function, one loop body) is read once.
+
+    **Arguments:**
+
+    - `find`: `eqn -> (found, descend)`: what to keep of an equation, and whether
+        to look in the jaxprs of its parameters.
+    - `factor`: how many times an equation's sub-programs run per run of it (a
+        loop's trips).
+
+    **Returns:**
+
+    A function `jaxpr -> [(found item, runs), ...]`, in program order.
+    """
+    memo: dict[int, list[tuple[Any, float]]] = {}
+
+    def in_jaxpr(sub: Any) -> list[tuple[Any, float]]:
+        found = memo.get(id(sub))
+        if found is None:
+            found = []
+            for eqn in sub.eqns:
+                items, descend = find(eqn)
+                found += [(item, 1.0) for item in items]
+                if descend:
+                    runs = factor(eqn)
+                    for deeper in jex.jaxprs_in_params(eqn.params):
+                        found += [(x, runs * n) for x, n in in_jaxpr(deeper)]
+            memo[id(sub)] = found
+        return found
+
+    return in_jaxpr
 
 
 def heavy(eqn: Any) -> bool:

@@ -10,7 +10,7 @@ import jax.extend.core as jex
 import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee, call_name, scan_length
-from ..._jaxpr import heavy
+from ..._jaxpr import finds_below, heavy
 from ...policies.calls._marked import AUTO_NAME, is_marked
 from ...policies.calls._session import AutoRecord, Session
 from ...policies.decision._records import Decision
@@ -100,21 +100,14 @@ def foreign_marked_calls(jaxpr: Any, active: Session) -> bool:
     A bool.
     """
     known = set(active.by_name()) | active.embedded
-    seen: set[int] = set()
 
-    def walk(sub: Any) -> bool:
-        if id(sub) in seen:
-            return False
-        seen.add(id(sub))
-        for eqn in sub.eqns:
-            name = call_name(eqn) if eqn.primitive is prims.jit_p else None
-            if name is not None and name.startswith(AUTO_NAME) and name not in known:
-                return True
-            if any(walk(deeper) for deeper in jex.jaxprs_in_params(eqn.params)):
-                return True
-        return False
+    def foreign(eqn: Any) -> tuple[list[Any], bool]:
+        name = call_name(eqn) if eqn.primitive is prims.jit_p else None
+        if name is not None and name.startswith(AUTO_NAME) and name not in known:
+            return [eqn], True
+        return [], True
 
-    return walk(jaxpr)
+    return bool(finds_below(foreign)(jaxpr))
 
 
 def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
@@ -131,23 +124,8 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
     """
     groups: dict[tuple[str, int], Group] = {}
     # Per sub-program, the `jit` calls at any depth in it, with how many times each
-    # runs per run of it: a callee called at k sites is read once, not k times.
-    inside: dict[int, list[tuple[Any, float]]] = {}
-
-    def calls_in(sub: Any) -> list[tuple[Any, float]]:
-        found = inside.get(id(sub))
-        if found is None:
-            found = []
-            for eqn in sub.eqns:
-                if eqn.primitive is prims.jit_p:
-                    found.append((eqn, 1.0))
-                    if is_marked(eqn):
-                        continue  # an operator's `mv`: its body is not the program's
-                factor = _factor(eqn)
-                for deeper in jex.jaxprs_in_params(eqn.params):
-                    found += [(e, factor * n) for e, n in calls_in(deeper)]
-            inside[id(sub)] = found
-        return found
+    # runs per run of it; an operator's `mv`'s body is not the program's.
+    calls_in = finds_below(_calls, _factor)
 
     def group_of(eqn: Any) -> Group:
         callee = call_callee(eqn)
@@ -166,6 +144,14 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
             for nested, n in calls_in(sub):
                 group_of(nested).nested.append((nested, factor * n))
     return groups
+
+
+def _calls(eqn: Any) -> tuple[list[Any], bool]:
+    """`eqn` where it is a `jit` call, and whether to look inside it (not in an
+    operator's marked call)."""
+    if eqn.primitive is prims.jit_p:
+        return [eqn], not is_marked(eqn)
+    return [], True
 
 
 def _count(jaxpr: Any) -> int:

@@ -7,6 +7,7 @@ import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ..._compat import linear_solve_p
+from ..._jaxpr import finds_below
 from ...policies._pinned import carried_record
 from ...policies.calls._session import Session, SolveRecord
 from ...policies.calls._sites import equation_site
@@ -37,24 +38,13 @@ def _carried(jaxpr: Any) -> list[tuple[SolveRecord, Any]]:
     operator carries a solve record, as `(record, top-level equation it is
     under)`, in program order; a sub-program called at k sites (the jit of
     `lx.linear_solve`) counts k times, and is read once."""
-    inside: dict[int, list[SolveRecord]] = {}
-
-    def records_in(sub: Any) -> list[SolveRecord]:
-        found = inside.get(id(sub))
-        if found is None:
-            found = []
-            for eqn in sub.eqns:
-                found += _records_of(eqn)
-                for deeper in jex.jaxprs_in_params(eqn.params):
-                    found += records_in(deeper)
-            inside[id(sub)] = found
-        return found
+    records_in = finds_below(lambda eqn: (_records_of(eqn), True))
 
     out: list[tuple[SolveRecord, Any]] = []
     for eqn in jaxpr.eqns:
         found = list(_records_of(eqn))
         for sub in jex.jaxprs_in_params(eqn.params):
-            found += records_in(sub)
+            found += [record for record, _ in records_in(sub)]
         out.extend((record, eqn) for record in found)
     return out
 
