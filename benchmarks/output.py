@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -85,11 +86,43 @@ def save(fig, path: Path, dpi: int = 120, **tight_layout) -> None:
     pyplot().close(fig)
 
 
+# No file of the repository is over this many lines: a result's JSON is laid out
+# one entry a line down to the depth that keeps it within.
+MAX_LINES = 400
+
+
+def _nested(obj: Any, depth: int, limit: int) -> str:
+    pad = "  " * depth
+    if depth >= limit or not isinstance(obj, (dict, list)) or not obj:
+        return json.dumps(obj, default=str)
+    if isinstance(obj, dict):
+        items = [
+            f"{json.dumps(k)}: {_nested(v, depth + 1, limit)}" for k, v in obj.items()
+        ]
+        opening, closing = "{", "}"
+    else:
+        items = [_nested(v, depth + 1, limit) for v in obj]
+        opening, closing = "[", "]"
+    inner = ",\n".join(f"{pad}  {item}" for item in items)
+    return f"{opening}\n{inner}\n{pad}{closing}"
+
+
+def results_json(payload: Any) -> str:
+    """`payload` as JSON, one entry a line down to the deepest level (at most 6)
+    that keeps the text within `MAX_LINES` lines (the rest of each entry on its
+    line)."""
+    for limit in range(6, 0, -1):
+        text = _nested(payload, 0, limit) + "\n"
+        if text.count("\n") <= MAX_LINES:
+            return text
+    return json.dumps(payload, default=str) + "\n"
+
+
 def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> None:
-    """`<out_dir>/<name>.json` (the payload) and `<out_dir>/<name>.png`
-    (`plot(path)`)."""
+    """`<out_dir>/<name>.json` (the payload, see `results_json`) and
+    `<out_dir>/<name>.png` (`plot(path)`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
-    json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    json_path.write_text(results_json(payload))
     plot(png_path)
     print(f"wrote {json_path} and {png_path}")

@@ -173,3 +173,33 @@ def test_every_module_is_in_a_layer_and_folders_stay_small():
         if (folder / "__init__.py").exists():
             modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
             assert len(modules) <= 12, folder
+
+
+def _repository_text_files() -> list[Path]:
+    """The repository's text files: every file below its root outside hidden
+    folders (`.git`, virtual environments, caches), build output and packaging
+    metadata, without a NUL byte (a PNG plot is not text)."""
+    skipped = {"site", "__pycache__", "build", "dist"}
+    found = []
+    for path in ROOT.rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if any(
+            p.startswith(".") or p in skipped or p.endswith(".egg-info") for p in parts
+        ):
+            continue
+        if path.is_file() and b"\0" not in path.read_bytes():
+            found.append(path)
+    return found
+
+
+def test_no_file_of_the_repository_is_over_400_lines():
+    """Code, tests, docs, configuration and the benchmarks' JSON results alike."""
+    files = _repository_text_files()
+    assert any(p.name == "README.md" for p in files)
+    assert any(p.suffix == ".json" for p in files)
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_bytes().splitlines())) > 400
+    }
+    assert long == {}
