@@ -159,7 +159,7 @@ def with_jaxpr(traced: Any, closed: Any) -> Any:
     """The `jax.stages.Traced` `traced` with its program replaced by `closed` (the
     same inputs and outputs), to be lowered as `jax.jit` lowers `traced`, without
     tracing anything again; `None` where this JAX's `Traced` is not built as
-    expected (then the caller traces `closed` instead).
+    expected (then the caller traces `closed` again).
 
     **Arguments:**
 

@@ -50,8 +50,8 @@ def explicit_sharding(x: Any) -> NamedSharding | None:
 
 def device_parts(x: Any) -> int:
     """How many parts the Explicit sharding in `x`'s type splits it into, one on
-    each device: the product of the sizes of the mesh axes its `PartitionSpec`
-    names; 1 without one.
+    each device: the product of the sizes of the Explicit mesh axes its
+    `PartitionSpec` names (XLA places what Auto axes split); 1 without one.
 
     **Arguments:**
 
@@ -64,5 +64,19 @@ def device_parts(x: Any) -> int:
     sharding = explicit_sharding(x)
     if sharding is None:
         return 1
-    sizes = dict(sharding.mesh.shape)
-    return math.prod(sizes[a] for entry in sharding.spec for a in axes_of(entry))
+    mesh = sharding.mesh
+    explicit = {
+        name: size
+        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
+        if kind == AxisType.Explicit
+    }
+    named = [a for entry in sharding.spec for a in axes_of(entry)]
+    return math.prod(explicit[a] for a in named if a in explicit)
+
+
+def parts_of(structure: Any) -> int:
+    """The devices an operator's input or output `structure` (a PyTree of
+    `jax.ShapeDtypeStruct`s) is split over: those its one array's type splits it
+    over on Explicit mesh axes (`device_parts`); 1 otherwise."""
+    leaves = jax.tree_util.tree_leaves(structure)
+    return device_parts(leaves[0]) if len(leaves) == 1 else 1

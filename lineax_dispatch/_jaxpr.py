@@ -29,10 +29,37 @@ def specs_of(atoms: Iterable[Any]) -> list[jax.ShapeDtypeStruct]:
     return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in atoms]
 
 
+def exact_specs(avals: Iterable[Any]) -> list[jax.ShapeDtypeStruct]:
+    """Abstract values as `jax.ShapeDtypeStruct`s that keep all of their type: the
+    shape and dtype, the weak type, the sharding (an Explicit mesh axis's) and,
+    inside `shard_map`, the manual axes the value varies over. Tracing a function
+    at these gives a program with the same input types.
+
+    **Arguments:**
+
+    - `avals`: abstract values (`jax.core.ShapedArray`s).
+
+    **Returns:**
+
+    A list of `jax.ShapeDtypeStruct`s.
+    """
+    return [
+        jax.ShapeDtypeStruct(
+            a.shape,
+            a.dtype,
+            sharding=getattr(a, "sharding", None),
+            weak_type=getattr(a, "weak_type", False),
+            manual_axis_type=getattr(a, "manual_axis_type", None),
+        )
+        for a in avals
+    ]
+
+
 def out_leaves(callee: Any) -> list[jax.ShapeDtypeStruct]:
     """The leaves of an operator's output structure, read from its traced `mv`
-    (asking the operator may trace its function again)."""
-    return specs_of(callee.jaxpr.outvars)
+    (asking the operator may trace its function again), shardings included (a
+    memory budget counts one device's part of a sharded matrix)."""
+    return exact_specs(v.aval for v in callee.jaxpr.outvars)
 
 
 # Heavy work: primitives whose cost grows faster than their inputs' size, or that

@@ -228,13 +228,20 @@ _BUDGETS = textwrap.dedent(
         per_device = f.lower(a).compile().memory_analysis().output_size_in_bytes
         assert per_device == n * n * 4 // 8, per_device
         op, _ = build(a, structure)
-        assert lxd.observe(op, memory_budget=10**9).row_parts == 8
+        observation = lxd.observe(op, memory_budget=10**9)
+        assert (observation.out_parts, observation.in_parts) == (8, 8)
         dense = lx.materialise(op)
         assert isinstance(dense, lxd.AbstractDispatchOperator), type(dense)
         assert jax.typeof(dense.as_matrix()).sharding.spec == P("x", None)
         np.testing.assert_allclose(dense.as_matrix(), a_np, rtol=1e-6)
         y = jax.jit(lambda b: lx.linear_solve(dense, b, lxd.CG(1e-5, 1e-5)).value)(b)
         np.testing.assert_allclose(y, np.linalg.solve(a_np, b_np), rtol=1e-3)
+        # Auto counts one device's part too, at one call site and in a program.
+        fn = lambda y: jnp.matmul(a, y, out_sharding=rows)
+        auto = lxd.FunctionLinearOperator(fn, structure, tag, policy=lxd.Auto())
+        one = lxd.explain(auto).rows[0].memory_needed
+        (row,) = lxd.explain(lambda b: auto.mv(auto.mv(b)), b).rows
+        assert n * n * 4 // 8 <= one == row.memory_needed < n * n * 4 // 4, (one, row)
     # Unsharded, the same matrix is over the budget.
     a1 = jnp.asarray(a_np)
     try:

@@ -26,7 +26,7 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import PyTree
 
-from .._explicit_axes import device_parts
+from .._explicit_axes import parts_of
 from .._validate import as_real
 
 
@@ -87,37 +87,38 @@ def matrix_bytes(out_size: int, in_size: int, itemsize: int) -> int:
     return out_size * in_size * itemsize
 
 
-def build_bytes(out_size: int, in_size: int, itemsize: int, chunk: int) -> int:
-    """Bytes of a dense matrix plus the peak of building it `chunk` columns at a
-    time: each chunk's basis and output columns."""
-    return itemsize * (out_size * in_size + chunk * (in_size + out_size))
-
-
-def row_parts(out_structure: PyTree[Any]) -> int:
-    """The devices the rows of the dense matrix of an operator with output
-    structure `out_structure` are split over: those its output, one array typed
-    with an Explicit mesh axis, is split over (a matrix is built, and held, with
-    its rows sharded as the output); 1 otherwise."""
-    leaves = jtu.tree_leaves(out_structure)
-    return device_parts(leaves[0]) if len(leaves) == 1 else 1
+def build_bytes(
+    out_size: int, in_size: int, itemsize: int, chunk: int, parts: tuple = (1, 1)
+) -> int:
+    """Bytes on one device of a dense matrix plus the peak of building it `chunk`
+    columns at a time: each chunk's basis and output columns. `parts`: the
+    devices the output and the input are split over (see `parts_of`); the matrix
+    is built, and held, with its rows split as the output."""
+    rows, entries = -(-out_size // parts[0]), -(-in_size // parts[1])
+    return itemsize * (rows * in_size + chunk * (entries + rows))
 
 
 def dense_bytes(operator: lx.AbstractLinearOperator) -> int:
-    """Bytes of the dense matrix of `operator` on one device (see `row_parts`)."""
-    rows = -(-operator.out_size() // row_parts(operator.out_structure()))
-    return matrix_bytes(rows, operator.in_size(), itemsize(operator))
+    """Bytes of the dense matrix of `operator` on one device (its rows split as
+    its output is: see `build_bytes`)."""
+    return build_bytes(
+        operator.out_size(),
+        operator.in_size(),
+        itemsize(operator),
+        0,
+        (parts_of(operator.out_structure()), 1),
+    )
 
 
 def operator_build_bytes(
     operator: lx.AbstractLinearOperator, batch_size: int | None
 ) -> int:
     """Bytes on one device of a materialised matrix of `operator` plus the peak of
-    building it `batch_size` columns at a time (all columns when `None`): the
-    matrix's rows and each chunk's vectors split over `row_parts` devices."""
+    building it `batch_size` columns at a time (all columns when `None`)."""
     n_in, n_out = operator.in_size(), operator.out_size()
     chunk = n_in if batch_size is None else min(batch_size, n_in)
-    whole = build_bytes(n_out, n_in, itemsize(operator), chunk)
-    return -(-whole // row_parts(operator.out_structure()))
+    parts = (parts_of(operator.out_structure()), parts_of(operator.in_structure()))
+    return build_bytes(n_out, n_in, itemsize(operator), chunk, parts)
 
 
 def diagonal_build_bytes(out_size: int, in_size: int, itemsize: int, chunk: int) -> int:
@@ -392,7 +393,7 @@ def check_dense_budget(
     else:
         needed = dense_bytes(operator)
         detail = "the dense matrix alone"
-    parts = row_parts(operator.out_structure())
+    parts = parts_of(operator.out_structure())
     if parts > 1:
         detail += f", on each of the {parts} devices its rows are split over"
     check_bytes(operator, policy, needed, what=what, detail=detail)

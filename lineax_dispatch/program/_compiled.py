@@ -59,63 +59,65 @@ class Program:
     lowers a `while` directly, a `scan` by tracing its `while` form again). Called
     under a trace (a transformation, an outer jit), it is the program rewritten
     with `lax.scan`s instead (a transformation may differentiate it in reverse
-    mode, which needs a scan), rewritten at the first such call, as a function
-    that the trace transforms.
+    mode, which needs a scan), as a function that the trace transforms. Each form
+    is rewritten when first needed.
 
     **Arguments:**
 
     - `traced`: the user's function's `jax.stages.Traced`.
-    - `closed`: the traced program.
-    - `actions`: the actions to rewrite it with (the rewrite is deterministic:
-        the same groups, rewritten the same way, for either kind of loop).
+    - `actions`: the actions to rewrite its program with (the rewrite is
+        deterministic: the same groups, rewritten the same way, for either kind of
+        loop).
     - `jit_kwargs`: the `jax.jit` arguments it is compiled with.
+
+    **Attributes:**
+
+    - `jaxprs`: the forms rewritten so far, by kind of loop (`"while"`, `"scan"`).
+    - `consts`: the values the function closes over from an enclosing trace.
     """
 
-    def __init__(
-        self, traced: Any, closed: Any, actions: dict, jit_kwargs: dict[str, Any]
-    ):
-        rewritten = rewrite_program(closed, actions, "while")
-        self.rewritten = rewritten is not closed
-        self.jaxprs: dict[str, jex.ClosedJaxpr] = {"while": rewritten}
-        self.consts = traced_consts(traced)
-        if self.rewritten:
-            spliced = with_jaxpr(traced, rewritten)
-            if spliced is None:  # pragma: no cover - JAX changed
-                raise ImportError(
-                    "lineax_dispatch: `jax.stages.Traced` is not built as expected; "
-                    "update `with_jaxpr` in `lineax_dispatch/_compat.py`."
-                )
-            traced = spliced
+    def __init__(self, traced: Any, actions: dict, jit_kwargs: dict[str, Any]):
         self._traced = traced
-        self._closed = closed
         self._actions = actions
         self._jit_kwargs = jit_kwargs
+        self.consts = traced_consts(traced)
+        self.jaxprs: dict[str, jex.ClosedJaxpr] = {}
         self._compiled = None
         self._under_trace = None
 
     def jaxpr(self, loop: str) -> jex.ClosedJaxpr:
-        """The program with its rolled calls as `loop`s (`"while"` or `"scan"`),
-        rewritten at the first request."""
+        """The program with its rolled calls as `loop`s (`"while"` or `"scan"`):
+        the traced program itself where nothing is rewritten."""
         closed = self.jaxprs.get(loop)
         if closed is None:
-            closed = self.jaxprs["while"]
-            if self.rewritten:
-                closed = rewrite_program(self._closed, self._actions, loop)
+            closed = rewrite_program(self._traced.jaxpr, self._actions, loop)
             self.jaxprs[loop] = closed
         return closed
 
+    @property
+    def rewritten(self) -> bool:
+        """Whether the program as compiled differs from the trace."""
+        return self.jaxpr("while") is not self._traced.jaxpr
+
+    def _jitted(self, closed: jex.ClosedJaxpr) -> Any:
+        entry = _entry(closed, self.consts, self._traced.out_tree)
+        return unpatched_jit()(entry, **self._jit_kwargs)
+
     def lower(self, *args, **kwargs):
-        del args, kwargs  # the signature the trace was made for
-        return self._traced.lower()
+        if not self.rewritten:
+            return self._traced.lower()
+        spliced = with_jaxpr(self._traced, self.jaxpr("while"))
+        if spliced is None:  # pragma: no cover - JAX changed: trace it again
+            return self._jitted(self.jaxpr("while")).lower(*args, **kwargs)
+        return spliced.lower()
 
     def __call__(self, *args, **kwargs):
         if root_trace_ref() is not None:
             if self._under_trace is None:
-                entry = _entry(self.jaxpr("scan"), self.consts, self._traced.out_tree)
-                self._under_trace = unpatched_jit()(entry, **self._jit_kwargs)
+                self._under_trace = self._jitted(self.jaxpr("scan"))
             return self._under_trace(*args, **kwargs)
         if self._compiled is None:
-            self._compiled = self._traced.lower().compile()
+            self._compiled = self.lower(*args, **kwargs).compile()
         return self._compiled(*args, **kwargs)
 
 
@@ -139,7 +141,7 @@ def compile_program(
     traced again for the next, as `jax.jit` does.
     """
     traced = trace.traced
-    program = Program(traced, traced.jaxpr, plan.actions, jit_kwargs)
+    program = Program(traced, plan.actions, jit_kwargs)
     names = frozenset(trace.session.by_name())
     compiled = Compiled(program, trace.box, plan.decisions, names)
     return compiled, not any(is_tracer(c) for c in program.consts)

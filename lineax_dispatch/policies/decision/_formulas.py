@@ -23,11 +23,13 @@ def workspace(o: Observation) -> int:
 
 
 def materialise_memory(o: Observation, chunk: int) -> int:
-    """Peak bytes on one device of materialising: the matrix, plus `chunk` columns'
-    worth of the intermediates of `mv` while building it, split over the devices
-    the matrix's rows are (`o.row_parts`)."""
-    per_column = workspace(o)
-    return -(-(o.matrix_bytes + int(chunk * per_column)) // o.row_parts)
+    """Peak bytes on one device of materialising: the matrix, its rows split as
+    the output is (`o.out_parts`), plus `chunk` columns' worth of the
+    intermediates of `mv` while building it, split as the less split of the input
+    and output."""
+    matrix = -(-o.out_size // o.out_parts) * o.in_size * o.itemsize
+    per_column = -(-workspace(o) // min(o.out_parts, o.in_parts))
+    return matrix + int(chunk * per_column)
 
 
 def build_chunk(o: Observation, model: CostModel) -> int | None:

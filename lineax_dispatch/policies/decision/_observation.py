@@ -6,11 +6,11 @@ import equinox as eqx
 import jax.tree_util as jtu
 import lineax as lx
 
+from ..._explicit_axes import parts_of
 from .._dense import EXPLICIT_OPERATORS
 from .._memory import (
     array_bytes,
     matrix_bytes,
-    row_parts,
     structure_size,
     structures_dtype,
 )
@@ -74,9 +74,10 @@ class Observation(eqx.Module):
     - `mv_batchable`: whether `vmap` can batch `mv` (not where it calls
         `jax.pure_callback` without a `vmap_method`): a matrix build, and applying
         a block of vectors in lockstep, need it.
-    - `row_parts`: the devices the matrix's rows would be split over (its output
-        typed with an Explicit mesh axis; see `policies._memory.row_parts`): the
-        memory budget is one device's, and counts one device's part.
+    - `out_parts`, `in_parts`: the devices the output and the input are split
+        over (typed with Explicit mesh axes; see `_explicit_axes.parts_of`): a
+        matrix is built with its rows split as the output, and the memory budget
+        is one device's, counting one device's part.
     """
 
     kind: str
@@ -102,7 +103,8 @@ class Observation(eqx.Module):
     cost_source: str = "estimate"
     mv_effects: bool = False
     mv_batchable: bool = True
-    row_parts: int = 1
+    out_parts: int = 1
+    in_parts: int = 1
 
     @property
     def matrix_bytes(self) -> int:
@@ -201,5 +203,6 @@ def observe(
         cost_source="none" if cost is None else cost.source,
         mv_effects=cost is not None and cost.effects,
         mv_batchable=cost is None or cost.batchable,
-        row_parts=row_parts(out_structure),
+        out_parts=parts_of(out_structure),
+        in_parts=parts_of(in_structure),
     )

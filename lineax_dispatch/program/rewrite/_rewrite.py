@@ -11,6 +11,7 @@ import jax
 import jax.extend.core as jex
 
 from ..._compat import call_callee, weakly_typed
+from ..._jaxpr import exact_specs
 from ...policies.calls._marked import is_marked
 from .._decide import Action
 from ..analyse._groups import find_groups
@@ -106,16 +107,24 @@ def _pending(
 
 def traced_as(run: Callable, closed: Any) -> jex.ClosedJaxpr:
     """`run`, a function of `closed`'s flat inputs returning its flat outputs,
-    traced at `closed`'s input avals (weak types and shardings included), with each
-    output `closed` has weakly typed weakly typed again (see `keep_weak_types`):
-    a program `jax.jit` can lower in place of `closed`."""
-    specs = [
-        jax.ShapeDtypeStruct(
-            a.shape, a.dtype, sharding=a.sharding, weak_type=a.weak_type
+    traced at `closed`'s input types (`_jaxpr.exact_specs`), with each output
+    `closed` has weakly typed weakly typed again (see `keep_weak_types`): a
+    program `jax.jit` can lower in place of `closed`.
+
+    **Raises:**
+
+    `RuntimeError` where the rewritten program's outputs differ from `closed`'s
+    in shape or dtype (a bug of the rewrite).
+    """
+    specs = exact_specs(closed.in_avals)
+    traced = jax.make_jaxpr(keep_weak_types(run, closed.out_avals))(*specs)
+    got = [(a.shape, a.dtype) for a in traced.out_avals]
+    if got != [(a.shape, a.dtype) for a in closed.out_avals]:
+        raise RuntimeError(
+            "lineax_dispatch: `lxd.jit`'s rewrite changed the program's outputs "
+            f"from {closed.out_avals} to {traced.out_avals}; please report this."
         )
-        for a in closed.in_avals
-    ]
-    return jax.make_jaxpr(keep_weak_types(run, closed.out_avals))(*specs)
+    return traced
 
 
 def keep_weak_types(run: Callable, out_avals: Sequence[Any]) -> Callable:

@@ -131,9 +131,7 @@ def stacked_zeros(count: int, like: Array) -> Array:
 def project(basis: Array, w: Array) -> Array:
     """`basis.conj() @ w`: the coefficients of `w` on the rows of `basis`,
     replicated where `w` is sharded on an Explicit mesh axis."""
-    return jnp.matmul(
-        basis.conj(), w, out_sharding=replicated_like(w, basis.ndim - w.ndim)
-    )
+    return jnp.matmul(basis.conj(), w, out_sharding=replicated_like(w, basis.ndim - 1))
 
 
 def select(pred: Array, on_true: Any, on_false: Any) -> Array:
