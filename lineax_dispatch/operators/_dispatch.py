@@ -98,32 +98,29 @@ def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator
     elif not holds_entries(operator):
         _check_plain_operands(operator, operator.policy, what)
     with policy_in_force(operator.policy):
-        if _explicitly_sharded_vectors(operator):
-            out = _sharded_matrix(operator)
-        else:
+        out = _sharded_matrix(operator)
+        if out is None:
             out = _lineax_implementation(lx.materialise, operator)(operator)
     return adopt(out, operator.policy)
 
 
-def _explicitly_sharded_vectors(operator: lx.AbstractLinearOperator) -> bool:
-    """Whether `operator` is matrix-free and square, and takes and gives vectors
-    of one type that an Explicit mesh axis shards: lineax builds its matrix from
-    an identity that has no sharding, which the operator's function does not
-    accept."""
+def _sharded_matrix(
+    operator: lx.AbstractLinearOperator,
+) -> lx.MatrixLinearOperator | None:
+    """The matrix of `operator` where it is matrix-free and square, and takes and
+    gives vectors of one type that an Explicit mesh axis shards (lineax builds the
+    matrix from an identity that has no sharding, which the operator's function
+    does not accept), else `None`. Built from basis vectors in the vectors'
+    sharding (`policies._dense.build_dense_matrix`), its rows sharded as they are,
+    which is how a `MatrixLinearOperator` of ours (`adopt`) types the vectors it
+    takes and gives."""
     if not isinstance(operator, _MATRIX_FREE):
-        return False
+        return None
     leaves = jtu.tree_leaves((operator.in_structure(), operator.out_structure()))
     if len(leaves) != 2 or leaves[0].ndim != 1 or leaves[0] != leaves[1]:
-        return False
-    return sharded_structure(operator) is not None
-
-
-def _sharded_matrix(operator: lx.AbstractLinearOperator) -> lx.MatrixLinearOperator:
-    """The matrix of a matrix-free `operator` that `_explicitly_sharded_vectors`
-    accepts, built from basis vectors in its vectors' sharding
-    (`policies._dense.build_dense_matrix`): its rows sharded as they are, which is
-    how a `MatrixLinearOperator` of ours (`adopt`) types the vectors it takes and
-    gives."""
+        return None
+    if sharded_structure(operator) is None:
+        return None
     return lx.MatrixLinearOperator(build_dense_matrix(operator, None), operator.tags)
 
 
