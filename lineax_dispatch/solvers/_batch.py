@@ -216,7 +216,9 @@ def batch_solve(
     time, as `batch_size` or the operator's policy says; with `Auto` the decision
     counts the whole batch: when there are at least as many right-hand sides as
     unknowns and the matrix fits the memory budget, the operator is materialised
-    once.
+    once. On vectors sharded over an Explicit mesh axis, `GMRES` (or a solver that
+    runs it) solves one right-hand side at a time, whatever `batch_size` says:
+    JAX cannot batch its loop there (see "Across devices and machines").
 
     **Arguments:**
 
