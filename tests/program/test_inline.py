@@ -84,3 +84,30 @@ def test_a_spliced_callee_with_constants_is_lowered_from_the_trace():
     assert decision.strategy == "Lazy"
     assert " call @" not in compiled.lower(x).as_text()
     _close(compiled(x), jax.jit(f)(x))
+
+
+def test_calls_put_inline_after_a_rolled_group_are_spliced_too():
+    """A program whose last rewrite rolls a group's sites, and which also calls an
+    `Auto` operator once (decided `Lazy`): that call is put inline in the rolled
+    program too, not left a call to lower and compile."""
+    rolled = _operators(lxd.Roll())[0]
+    a = jnp.asarray(np.arange(36.0).reshape(6, 6) / 36)
+    single = lxd.FunctionLinearOperator(
+        lambda x: a @ x + 0.5 * x,
+        jax.ShapeDtypeStruct((N,), jnp.float64),
+        policy=lxd.Auto(),
+    )
+
+    def f(x):
+        for i in range(4):
+            x = rolled.mv(x) * (1.0 + 0.1 * i)
+        return jnp.sin(single.mv(x))
+
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(f)
+    (decision,) = compiled.decisions(x).values()
+    assert decision.strategy == "Lazy"
+    _close(compiled(x), jax.jit(f)(x))
+    (entry,) = compiled._compiled.values()
+    top = [e.primitive.name for e in entry.program.jaxprs["while"].jaxpr.eqns]
+    assert "while" in top and "jit" not in top, top

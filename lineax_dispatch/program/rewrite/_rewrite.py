@@ -82,11 +82,10 @@ def rewrite_program(
             # then is (not worth a trace of the rewritten program of their own).
             return inlined_jaxpr(closed, inline) if inline else closed
         closed = traced_as(rewrite, closed)
-        if all(key in done for key, _ in pending):
-            return closed  # no other group to look for
-        # Other groups may remain at the top level: look again in the rewritten
-        # program (groups whose sites were between the calls are now in the loop).
-        # Each pass handles one group, so this ends.
+        # Other groups may remain at the top level, and the calls to put inline:
+        # look again in the rewritten program (groups whose sites were between
+        # the calls are now in the loop). Each pass handles one group, so this
+        # ends.
 
 
 def _pending(
