@@ -203,3 +203,30 @@ def test_no_file_of_the_repository_is_over_400_lines():
         if (n := len(p.read_bytes().splitlines())) > 400
     }
     assert long == {}
+
+
+def _function_lengths(path: Path) -> dict[str, int]:
+    """Lines of each function of `path`, its docstring excluded."""
+    lengths = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            doc = (
+                body[0].end_lineno - body[0].lineno + 1
+                if isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+                else 0
+            )
+            n = node.end_lineno - node.lineno + 1 - doc
+            lengths[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
+    return lengths
+
+
+def test_no_function_of_the_package_is_over_60_lines():
+    """Functions short enough to hold in one's head (their docstrings aside)."""
+    lengths = {}
+    for path in PACKAGE.rglob("*.py"):
+        lengths.update(_function_lengths(path))
+    assert len(lengths) > 500
+    assert {name: n for name, n in lengths.items() if n > 60} == {}

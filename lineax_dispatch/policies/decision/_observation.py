@@ -112,6 +112,12 @@ class Observation(eqx.Module):
         return matrix_bytes(self.out_size, self.in_size, self.itemsize)
 
 
+def _arrays_bytes(operator: lx.AbstractLinearOperator) -> int:
+    """Bytes of the arrays `operator` holds as leaves."""
+    leaves = jtu.tree_leaves(operator, is_leaf=is_leaf_array)
+    return sum(array_bytes(x) for x in leaves if is_leaf_array(x))
+
+
 def observe(
     operator: lx.AbstractLinearOperator,
     *,
@@ -166,11 +172,7 @@ def observe(
         out_structure = operator.out_structure()
     dtype = structures_dtype(in_structure, out_structure)
     explicit = isinstance(operator, EXPLICIT_OPERATORS)
-    operator_bytes = sum(
-        array_bytes(x)
-        for x in jtu.tree_leaves(operator, is_leaf=is_leaf_array)
-        if is_leaf_array(x)
-    )
+    operator_bytes = _arrays_bytes(operator)
     if explicit or not with_cost:
         cost = None
     elif cost is None:
