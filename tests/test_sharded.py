@@ -194,6 +194,43 @@ _REWRITES = textwrap.dedent(
     """
 )
 
+_LINEAX_SOLVERS = textwrap.dedent(
+    """
+    # lineax's own solvers on our operators, where lineax runs them: on Auto axes
+    # (on Explicit axes lineax's iterative solvers make unsharded vectors and
+    # contract over sharded axes, and XLA's factorisations refuse a sharded matrix,
+    # for lineax's operators as for ours).
+    n = 64
+    m = rng.standard_normal((n, n))
+    a_np = m @ m.T / n + np.eye(n)
+    b_np = rng.standard_normal(n)
+    expected = np.linalg.solve(a_np, b_np)
+    solvers = (
+        lx.CG(1e-10, 1e-10),
+        lx.GMRES(1e-10, 1e-10),
+        lx.BiCGStab(1e-10, 1e-10),
+        lx.LU(),
+        lx.Cholesky(),
+        lx.QR(),
+    )
+    done = 0
+    for shape, names in (((8,), ("x",)), ((4, 2), ("x", "y"))):
+        mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
+        a = jax.device_put(a_np, NamedSharding(mesh, P(*names)))
+        b = jax.device_put(b_np, NamedSharding(mesh, P("x")))
+        for solver in solvers:
+            def solve(a, b):
+                op = lxd.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+                return lx.linear_solve(op, b, solver, throw=False).value
+
+            with jax.set_mesh(mesh):
+                y = jax.jit(solve)(a, b)
+            np.testing.assert_allclose(y, expected, atol=1e-8, err_msg=str(solver))
+            done += 1
+    print("OK", done)
+    """
+)
+
 _BUDGETS = textwrap.dedent(
     """
     # A memory budget counts one device's bytes of a sharded matrix; and
@@ -288,3 +325,7 @@ def test_lxd_jit_rewrites_keep_jax_jit_s_shardings():
 
 def test_budgets_count_one_device_s_part_of_a_sharded_matrix():
     _run(_BUDGETS)
+
+
+def test_lineax_s_solvers_on_our_operators_on_auto_axes():
+    assert "OK 12" in _run(_LINEAX_SOLVERS)
