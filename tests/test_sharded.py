@@ -20,13 +20,19 @@ _PRELUDE = textwrap.dedent(
     """
 )
 
-_SQUARE = textwrap.dedent(
+# A dense SPD system of 64 unknowns and its solution.
+_SPD = textwrap.dedent(
     """
     n = 64
     m = rng.standard_normal((n, n))
     a_np = m @ m.T / n + np.eye(n)
     b_np = rng.standard_normal(n)
     expected = np.linalg.solve(a_np, b_np)
+    """
+)
+
+_SQUARE = _SPD + textwrap.dedent(
+    """
     solvers = {
         "CG": lxd.CG(1e-10, 1e-10),
         "GMRES": lxd.GMRES(1e-10, 1e-10),
@@ -194,17 +200,12 @@ _REWRITES = textwrap.dedent(
     """
 )
 
-_LINEAX_SOLVERS = textwrap.dedent(
+_LINEAX_SOLVERS = _SPD + textwrap.dedent(
     """
     # lineax's own solvers on our operators, where lineax runs them: on Auto axes
     # (on Explicit axes lineax's iterative solvers make unsharded vectors and
     # contract over sharded axes, and XLA's factorisations refuse a sharded matrix,
     # for lineax's operators as for ours).
-    n = 64
-    m = rng.standard_normal((n, n))
-    a_np = m @ m.T / n + np.eye(n)
-    b_np = rng.standard_normal(n)
-    expected = np.linalg.solve(a_np, b_np)
     solvers = (
         lx.CG(1e-10, 1e-10),
         lx.GMRES(1e-10, 1e-10),
