@@ -24,6 +24,7 @@ from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
 from .analyse._groups import AutoGroup, find_groups, Group, same_arrays, substantial
 from .analyse._roll_plan import plan_roll
+from .analyse._solves import rolling_pays
 from .analyse._stack_plan import plan_stack
 
 
@@ -172,8 +173,10 @@ def plan_program(closed: Any, active: Session) -> Plan:
         ):
             # A repeated function of the user's, or a transformed `mv` of an
             # `Auto` operator. (Other marked calls are applied inline: `Lazy`
-            # operators', or another `lxd.jit`'s.)
-            actions[key] = Action("roll")
+            # operators', or another `lxd.jit`'s.) Solves of cheap `mv`s are
+            # cheaper to compile again than to roll.
+            if transformed or rolling_pays(group.callee, len(group.sites)):
+                actions[key] = Action("roll")
     decisions = {solve.key: solve.decision for solve in active.solves}
     decisions.update((a.record.key, a.decision) for a in autos)
     return Plan(actions, autos, decisions)

@@ -68,6 +68,7 @@ _SCALES = {
         "krylov_compile",
         "roll_fixed",
         "roll_site",
+        "solve_copy",
     ),
     "matmul_s": ("flops_per_second", "factor_flops_per_second"),
     "stream_s": ("bytes_per_second", "callback_bytes_per_second"),

@@ -64,6 +64,10 @@ class CostModel(eqx.Module):
     - `roll_site`: compile time each rolled call site adds (its step's code, its
         entry in the loop's tables).
     - `roll_step`: fixed run time of one step of a rolled loop.
+    - `solve_copy`: compile time each further copy of a repeated solve adds beyond
+        its copy of `mv` (JAX lowers the solve's trace once; XLA:CPU clones it):
+        `lxd.jit` rolls k solves of the user's only where the k - 1 copies it
+        saves cost more than rolling them.
     - `source`: where the constants come from, as `lxd.explain` reports it.
 
     Where a user gives no cost model, `Auto` and `AutoSolver` use this machine's:
@@ -99,6 +103,9 @@ class CostModel(eqx.Module):
     roll_fixed: float = 0.015
     roll_site: float = 6e-3
     roll_step: float = 1e-5
+    # From `lxd.jit` programs of k dependent solves, rolled and not, of the
+    # fit half of `benchmarks.families_cases` (the note of this change).
+    solve_copy: float = 5e-3
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
     def __check_init__(self):

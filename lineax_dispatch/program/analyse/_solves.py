@@ -1,4 +1,6 @@
-"""The solve records a traced program carries in its operators' pinned policies."""
+"""The solve records a traced program carries in its operators' pinned policies,
+and what they tell of a repeated function of the user's that solves: whether
+rolling its calls pays."""
 
 import dataclasses
 from typing import Any
@@ -7,10 +9,13 @@ import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from ..._compat import linear_solve_p
-from ..._jaxpr import finds_below
+from ..._jaxpr import finds_below, HEAVY
+from ...policies._lazy import Lazy
+from ...policies._outline import Outline
 from ...policies._pinned import carried_record
 from ...policies.calls._session import Session, SolveRecord
 from ...policies.calls._sites import equation_site
+from ...policies.decision._cost import mv_cost
 
 
 def _has_record(node: Any) -> bool:
@@ -111,3 +116,57 @@ def add_carried_solves(jaxpr: Any, active: Session) -> None:
     for original, record in carried_solves(jaxpr).items():
         if original not in made:
             active.solves.append(record)
+
+
+def _heavy_work(eqn: Any) -> tuple[list[Any], bool]:
+    """`eqn` where it is heavy work (`_jaxpr.HEAVY`); a solve's loop is not a
+    sub-program of its equation."""
+    return ([eqn] if eqn.primitive in HEAVY else []), True
+
+
+def _solve_copy_seconds(eqn: Any) -> tuple[float, Any] | None:
+    """Seconds to compile one more copy of the solve `eqn` (its copy of `mv`, by
+    the cost model, and its loop), with the model read: known for a solve of an
+    `Auto` operator that applies `mv` lazily (or outlined), not for one that
+    builds a matrix (k solves then share one build, before a rolled loop)."""
+    records = _records_of(eqn)
+    if len(records) != 1:
+        return None
+    record = records[0]
+    if not isinstance(record.decision.policy, (Lazy, Outline)):
+        return None
+    model = record.operator.policy.model()
+    cost = mv_cost(record.operator, record.key)
+    seconds = model.compile_per_dot * cost.dots + model.compile_per_op * cost.ops
+    return seconds + model.solve_copy, (model, record.operator.policy.runs)
+
+
+def rolling_pays(callee: Any, k: int) -> bool:
+    """Whether `lxd.jit` should roll k calls of `callee`, a repeated function of
+    the user's with heavy work: unless that work is solves of `Auto` operators
+    alone, yes; else where the k - 1 copies of the solves rolling saves take
+    longer to compile than the rolled loop (`roll_fixed`, `roll_site` a call) and
+    its `runs` runs (`roll_step` a call). A solve of a cheap `mv` compiles in a
+    few milliseconds more per copy, which rolling k of them costs more than.
+
+    **Arguments:**
+
+    - `callee`: the repeated function's traced program, a `ClosedJaxpr`.
+    - `k`: its number of top-level calls.
+
+    **Returns:**
+
+    A bool.
+    """
+    copy, read = 0.0, None
+    for eqn, _ in finds_below(_heavy_work)(callee.jaxpr):
+        found = _solve_copy_seconds(eqn) if eqn.primitive is linear_solve_p else None
+        if found is None:
+            return True
+        seconds, read = found
+        copy += seconds
+    if read is None:
+        return True
+    model, runs = read
+    rolled = model.roll_fixed + k * (model.roll_site + runs * model.roll_step)
+    return (k - 1) * copy > rolled
