@@ -56,6 +56,20 @@ class _RecordRef(_Unkeyed):
         self.record = record
 
 
+class ChoiceRef(_Unkeyed):
+    """The `lxd.AutoSolver` choice (a `SolverChoice`) made in a solver's `init`
+    while `lxd.jit` or `lxd.explain` traced a program (`None` elsewhere), carried
+    in the solver's state: a later program that reuses the trace of its solve
+    reads it from its own program (`carried_solver_choices`), as a solve's
+    record is read (`_RecordRef`). Always present, and equal to every other, for
+    the same reasons."""
+
+    __slots__ = ("choice",)
+
+    def __init__(self, choice: Any):
+        self.choice = choice
+
+
 class _Pinned(AbstractPolicy):
     """Applies `policy` as part of the trace `scope`.
 

@@ -18,7 +18,7 @@ from ._arguments import Arguments, OutputBox
 from ._decide import shared_solve_hints
 from ._errors import unpatched_jit
 from .analyse._groups import foreign_marked_calls
-from .analyse._solves import add_carried_solves
+from .analyse._solves import add_carried_solver_choices, add_carried_solves
 
 
 @dataclasses.dataclass
@@ -64,6 +64,7 @@ def _trace_once(
     if active.nested_records:
         retire_shared_context()
     add_carried_solves(traced.jaxpr.jaxpr, active)
+    add_carried_solver_choices(traced.jaxpr.jaxpr, active)
     return Trace(traced, box, active)
 
 

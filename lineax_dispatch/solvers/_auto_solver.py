@@ -21,6 +21,7 @@ from ..policies._memory import (
     policy_budget,
     vector_bytes,
 )
+from ..policies._pinned import ChoiceRef
 from ..policies.calls._session import record_solver_choice
 from ..policies.decision._calibration import machine_cost_model
 from ..policies.decision._formulas import batched_compile, mv_compile, mv_run, read_rate
@@ -250,30 +251,31 @@ class AutoSolver(lx.AbstractLinearSolver):
             except TypeError:  # an operator class lineax-dispatch does not know
                 pass
         solver, reasons = self.choose(operator)
-        record_solver_choice(
+        choice = record_solver_choice(
             type(operator).__name__,
             f"{operator.out_size()}x{operator.in_size()}",
             type(solver).__name__,
             reasons,
             self.model().source,
         )
-        return hide_static((solver, solver.init(operator, options)))
+        inner = solver.init(operator, options)
+        return hide_static((solver, inner, ChoiceRef(choice)))
 
     def compute(
         self, state: Any, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        solver, inner = reveal_static(state)
+        solver, inner, _ = reveal_static(state)
         return solver.compute(inner, vector, options)
 
     def transpose(self, state: Any, options: dict[str, Any]):
-        solver, inner = reveal_static(state)
+        solver, inner, choice = reveal_static(state)
         inner, options = solver.transpose(inner, options)
-        return hide_static((solver, inner)), options
+        return hide_static((solver, inner, choice)), options
 
     def conj(self, state: Any, options: dict[str, Any]):
-        solver, inner = reveal_static(state)
+        solver, inner, choice = reveal_static(state)
         inner, options = solver.conj(inner, options)
-        return hide_static((solver, inner)), options
+        return hide_static((solver, inner, choice)), options
 
     def assume_full_rank(self):
         return self.well_posed is not False

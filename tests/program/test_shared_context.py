@@ -2,8 +2,8 @@
 jitted helpers (and `jax.numpy`'s own) keep their traces from one program to the
 next. A program that reused a helper's trace holding another program's `Auto`
 operator call is traced again under a fresh context, and a solve decided in its
-solver's `init` is read back from a reused trace: each program still records and
-decides everything it holds."""
+solver's `init` (or an `AutoSolver`'s choice) is read back from a reused trace:
+each program still records and decides everything it holds."""
 
 import jax
 import jax.numpy as jnp
@@ -91,6 +91,35 @@ def test_an_auto_operator_in_nested_traces_keeps_the_shared_context():
         expected = np.linalg.solve(matrix, 2.0 * np.sin(np.asarray(x)))
         expected += scale * matrix @ (matrix @ np.asarray(x))
         np.testing.assert_allclose(f(x), expected, rtol=1e-8)
+    assert len(traces) == 1
+    assert shared_context() == before
+
+
+def test_an_auto_solver_choice_in_a_nested_trace_keeps_the_shared_context():
+    # An `AutoSolver` chooses in its `init`, inside lineax's `linear_solve` (a jit
+    # of its own) and here a loop body, as in optimistix's Newton. The choice
+    # rides on the solver's state: no program re-traces the user's helper, and
+    # each program still reports the choice, the second one from the trace it
+    # reused.
+    traces = []
+    helper = _counted_helper(traces)
+    operator, matrix = _auto_operator()
+    x = jnp.arange(1.0, N + 1.0)
+    before = shared_context()
+
+    def program(x, scale):
+        def step(i, v):
+            return lx.linear_solve(operator, v, lxd.AutoSolver()).value
+
+        return scale * jax.lax.fori_loop(0, 2, step, helper(x))
+
+    for scale in (2.0, 3.0):
+        f = lxd.jit(lambda x, scale=scale: program(x, scale))
+        solved = np.linalg.solve(matrix, np.linalg.solve(matrix, 2.0 * np.sin(x)))
+        np.testing.assert_allclose(f(x), scale * solved, rtol=1e-8)
+        report = lxd.explain(lambda x, scale=scale: program(x, scale), x)
+        (choice,) = report.solves
+        assert choice.size == f"{N}x{N}" and choice.reasons
     assert len(traces) == 1
     assert shared_context() == before
 

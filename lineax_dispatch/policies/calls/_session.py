@@ -152,9 +152,9 @@ class Session:
 # an `Auto` operator's marked call named for one program may be reused by another:
 # that program finds the foreign marked call in its own (`foreign_marked_calls`),
 # retires the shared value (`retire_shared_context`) and is traced again. A solve
-# decided in its solver's `init` rides on its operator (`_carried.py`); an
-# `AutoSolver` choice made in a nested trace retires the value at once; a trace
-# told solve hints runs under a value of its own.
+# decided in its solver's `init` rides on its operator (`program/analyse/_solves.py`), and an
+# `AutoSolver` choice on its solver's state (`ChoiceRef`); a trace told solve
+# hints runs under a value of its own.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 
@@ -256,15 +256,18 @@ def record_solver_choice(
     solver: str,
     reasons: tuple[str, ...],
     cost_model: str = "",
-) -> None:
+) -> SolverChoice | None:
     """Notes a solver choice in the observing trace of `lxd.jit` or `lxd.explain`,
-    if one is running."""
+    if one is running, and returns it (`None` where none is) for the solver's
+    state to carry: made in a nested trace, it does not retire the shared
+    jit-cache context, since a later program that reuses that trace reads it
+    from its own program (`carried_solver_choices`)."""
     active = _SESSION.get()
-    if active is not None:
-        active.note_record()
-        active.solver_choices.append(
-            SolverChoice(operator, size, solver, reasons, cost_model)
-        )
+    if active is None:
+        return None
+    choice = SolverChoice(operator, size, solver, reasons, cost_model)
+    active.solver_choices.append(choice)
+    return choice
 
 
 @contextlib.contextmanager

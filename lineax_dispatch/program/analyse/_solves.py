@@ -1,10 +1,12 @@
 """The solve records a traced program carries in its operators' pinned policies,
-and what they tell of a repeated function of the user's that solves: whether
-rolling its calls pays."""
+the `AutoSolver` choices it carries in its solvers' states, and what the records
+tell of a repeated function of the user's that solves: whether rolling its calls
+pays."""
 
 import dataclasses
 from typing import Any
 
+import equinox.internal as eqxi
 import jax.extend.core as jex
 import jax.tree_util as jtu
 
@@ -12,8 +14,8 @@ from ..._compat import linear_solve_p
 from ..._jaxpr import finds_below, HEAVY
 from ...policies._lazy import Lazy
 from ...policies._outline import Outline
-from ...policies._pinned import carried_record
-from ...policies.calls._session import Session, SolveRecord
+from ...policies._pinned import carried_record, ChoiceRef
+from ...policies.calls._session import Session, SolverChoice, SolveRecord
 from ...policies.calls._sites import equation_site
 from ...policies.decision._cost import mv_cost
 
@@ -22,13 +24,21 @@ def _has_record(node: Any) -> bool:
     return carried_record(getattr(node, "policy", None)) is not None
 
 
+def _static_args(eqn: Any) -> Any:
+    """The static half of a `linear_solve` equation's arguments (operator, solver
+    state, vector, options, solver), `None` for any other equation."""
+    if eqn.primitive is not linear_solve_p or "treedef" not in eqn.params:
+        return None
+    try:
+        return jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])
+    except Exception:  # a node of the user's that checks its leaves
+        return None
+
+
 def _records_of(eqn: Any) -> list[SolveRecord]:
     """The solve records a `linear_solve` equation's operator carries."""
-    if eqn.primitive is not linear_solve_p or "treedef" not in eqn.params:
-        return []
-    try:
-        args = jtu.tree_unflatten(eqn.params["treedef"], eqn.params["static"])
-    except Exception:  # a node of the user's that checks its leaves
+    args = _static_args(eqn)
+    if args is None:
         return []
     records: dict[int, SolveRecord] = {}
     for node in jtu.tree_leaves(args, is_leaf=_has_record):
@@ -116,6 +126,44 @@ def add_carried_solves(jaxpr: Any, active: Session) -> None:
     for original, record in carried_solves(jaxpr).items():
         if original not in made:
             active.solves.append(record)
+
+
+def _is_carrier(node: Any) -> bool:
+    return isinstance(node, (eqxi.Static, ChoiceRef))
+
+
+def _choices_in(node: Any) -> list[SolverChoice]:
+    """The solver choices carried below `node`, static values included (an
+    `AutoSolver`'s state keeps its `ChoiceRef` in an `eqxi.Static`)."""
+    found: list[SolverChoice] = []
+    for leaf in jtu.tree_leaves(node, is_leaf=_is_carrier):
+        if isinstance(leaf, eqxi.Static):
+            found += _choices_in(leaf.value)
+        elif isinstance(leaf, ChoiceRef) and leaf.choice is not None:
+            found.append(leaf.choice)
+    return found
+
+
+def _choices_of(eqn: Any) -> tuple[list[SolverChoice], bool]:
+    args = _static_args(eqn)
+    return ([] if args is None else _choices_in(args)), True
+
+
+def add_carried_solver_choices(jaxpr: Any, active: Session) -> None:
+    """Adds to `active.solver_choices` the `AutoSolver` choices carried by
+    `jaxpr`'s solves that its trace did not make (their traces were reused from
+    an earlier program), each once, in program order.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `active`: the session it was traced in.
+    """
+    seen = {id(choice) for choice in active.solver_choices}
+    for choice, _ in finds_below(_choices_of)(jaxpr):
+        if id(choice) not in seen:
+            seen.add(id(choice))
+            active.solver_choices.append(choice)
 
 
 def _heavy_work(eqn: Any) -> tuple[list[Any], bool]:
