@@ -1,7 +1,7 @@
 """The fixed cost of one cheap solve: the first call of a jitted program that
-solves once with CG on a cheap operator, `lxd.jit` and our solver against
-`jax.jit` and lineax's, measured in the same process, with the solve's trace,
-lowering and XLA compile apart.
+solves once with CG on a cheap operator (or finds a root with optimistix's Newton,
+`--program newton`), `lxd.jit` and our solver against `jax.jit` and lineax's,
+measured in the same process, with the trace, lowering and XLA compile apart.
 
 What is measured
 ----------------
@@ -13,8 +13,15 @@ new function object: no trace is reused), solved by CG(1e-5, 1e-5). Variants:
 - `jax.jit + lineax`: lineax's operator and `lx.CG` under `jax.jit` (the base);
 - `lxd.jit + ours`: our operator (default policy) and `lxd.CG` under `lxd.jit`;
 - `lxd.jit + lx.CG`: our operator and lineax's CG under `lxd.jit` (what `lxd.jit`
-  itself costs);
+  itself costs; with `--program newton`, lineax's `AutoLinearSolver`);
 - `jax.jit + ours`: our operator and `lxd.CG` under `jax.jit` (what our CG costs).
+
+With `--program newton` the program is `optx.root_find` with `optx.Newton(1e-5,
+1e-5)` of `F(y) = tanh(A y) / 4 + y - 1` from `y = b` (a new function object each
+time), its linear solves by the solver's automatic choice: lineax's
+`AutoLinearSolver(well_posed=None)` (optimistix's default) for "lineax" and
+`lxd.AutoSolver()` for "ours", which chooses inside optimistix's loop (a nested
+trace). Results: `fixed_cost-newton.json` and `.png`.
 
 Each of `--rounds` rounds measures every variant once, in turn: the first call
 (trace + lower + compile + run), and for a second fresh program its stages apart
@@ -28,6 +35,7 @@ How to run
 
     python -m benchmarks.fixed_cost              # n = 64, 21 rounds
     python -m benchmarks.fixed_cost --quick      # n = 32, 3 rounds
+    python -m benchmarks.fixed_cost --program newton
 
 Results: `benchmarks/results/fixed_cost.json` and `.png`.
 """
@@ -39,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
+import optimistix as optx
 
 import lineax_dispatch as lxd
 
@@ -57,7 +66,7 @@ VARIANTS = {
 }
 
 
-def _program(n: int, matrix, operators, solvers, jit):
+def _cg_program(n: int, matrix, operators, solvers, jit):
     def fn(x):
         return matrix @ x + 0.1 * jnp.roll(x, 1) + 0.1 * jnp.roll(x, -1)
 
@@ -65,6 +74,22 @@ def _program(n: int, matrix, operators, solvers, jit):
     op = operators.FunctionLinearOperator(fn, structure, lx.positive_semidefinite_tag)
     solver = solvers.CG(1e-5, 1e-5)
     return jit(lambda b: lx.linear_solve(op, b, solver).value)
+
+
+def _newton_program(n: int, matrix, operators, solvers, jit):
+    del n, operators  # optimistix builds the Jacobian operator
+
+    def residual(y, args):
+        return 0.25 * jnp.tanh(matrix @ y) + y - 1.0
+
+    linear = (
+        lxd.AutoSolver() if solvers is lxd else lx.AutoLinearSolver(well_posed=None)
+    )
+    solver = optx.Newton(1e-5, 1e-5, linear_solver=linear)
+    return jit(lambda b: optx.root_find(residual, solver, b, throw=False).value)
+
+
+PROGRAMS = {"cg": _cg_program, "newton": _newton_program}
 
 
 def _stages(program, b) -> dict:
@@ -82,24 +107,25 @@ def _stages(program, b) -> dict:
     return dict(trace_s=t1 - t0, lower_s=t2 - t1, compile_s=t3 - t2)
 
 
-def measure(n: int, rounds: int) -> dict:
+def measure(n: int, rounds: int, program: str = "cg") -> dict:
     rng = np.random.default_rng(0)
     m = rng.standard_normal((n, n)) / np.sqrt(n)
     matrix = jnp.asarray(m @ m.T + np.eye(n), jnp.float32)
     b = jnp.ones(n, jnp.float32)
+    build = PROGRAMS[program]
     reference = None
     for name, parts in VARIANTS.items():  # JAX's own first-use costs, once
-        value = np.asarray(_program(n, matrix, *parts)(b))
+        value = np.asarray(build(n, matrix, *parts)(b))
         reference = value if reference is None else reference
         assert harness.relative_error(value, reference) < 1e-4, name
     rows: dict = {name: dict(first_s=[], stages=[]) for name in VARIANTS}
     for _ in range(rounds):
         for name, parts in VARIANTS.items():
-            program = _program(n, matrix, *parts)
+            jitted = build(n, matrix, *parts)
             t = time.perf_counter()
-            jax.block_until_ready(program(b))
+            jax.block_until_ready(jitted(b))
             rows[name]["first_s"].append(time.perf_counter() - t)
-            rows[name]["stages"].append(_stages(_program(n, matrix, *parts), b))
+            rows[name]["stages"].append(_stages(build(n, matrix, *parts), b))
     base = rows[BASE]["first_s"]
     out: dict = {}
     for name, row in rows.items():
@@ -146,7 +172,7 @@ def report(results: dict) -> None:
     )
 
 
-def plot(results: dict, path) -> None:
+def plot(results: dict, path, program: str = "cg") -> None:
     plt = harness.pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     names = list(results)
@@ -164,20 +190,25 @@ def plot(results: dict, path) -> None:
     ax.set_ylabel(f"first call / {BASE}'s, per round")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=8)
-    fig.suptitle(f"one cheap CG solve; {harness.jax_label(openblas=True)}", fontsize=9)
+    what = "one cheap CG solve" if program == "cg" else "optimistix Newton, AutoSolver"
+    fig.suptitle(f"{what}; {harness.jax_label(openblas=True)}", fontsize=9)
     harness.save(fig, path)
 
 
 def main(argv=None) -> None:
     """Measure, print the report, write `fixed_cost.json` and `.png`."""
     parser = harness.parser(__doc__, FULL, QUICK)
+    parser.add_argument("--program", choices=tuple(PROGRAMS), default="cg")
     args = parser.parse_args(argv)
-    settings = QUICK if args.quick else FULL
+    settings = dict(QUICK if args.quick else FULL, program=args.program)
     env = harness.environment(load_average=True)
-    results = measure(settings["n"], settings["rounds"])
+    results = measure(settings["n"], settings["rounds"], args.program)
     report(results)
     payload = dict(environment=env, settings=settings, results=results)
-    harness.write_results(args.out, "fixed_cost", payload, lambda p: plot(results, p))
+    name = "fixed_cost" if args.program == "cg" else f"fixed_cost-{args.program}"
+    harness.write_results(
+        args.out, name, payload, lambda p: plot(results, p, args.program)
+    )
 
 
 if __name__ == "__main__":
