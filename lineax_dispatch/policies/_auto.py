@@ -187,12 +187,19 @@ class Auto(AbstractPolicy):
             # Traced by `lxd.jit`: a marked call of this operator kind's own, which
             # `lxd.jit` finds in the traced program, decides for and rewrites.
             record, parts = active.apply_parts(operator)
-            out = marked_mv(operator, vector, record.call, parts)
-            # The callee just called (jax's cached trace: the equation's own).
             dynamic, key = parts
             traced = record.call.trace((key, current_scope()), dynamic, vector)
-            record.note_callee(traced.jaxpr)
-            return out
+            if not traced.jaxpr.consts:
+                out = marked_mv(operator, vector, record.call, parts)
+                # The callee just called (jax's cached trace: the equation's).
+                record.note_callee(traced.jaxpr)
+                return out
+            # Arrays the operator's function closes over: passed to the call
+            # (`lifted_call`), as constants of this trace.
+            lifted = record.lifted(traced)
+            consts = list(traced.jaxpr.consts)
+            record.note_callee(lifted.trace(consts, dynamic, vector).jaxpr)
+            return lifted(consts, dynamic, vector)
         # Under a plain `jax.jit`: each site decided alone; lineax's behaviour
         # (inlined by XLA) unless an out-of-line call pays.
         if (

@@ -111,3 +111,47 @@ def test_calls_put_inline_after_a_rolled_group_are_spliced_too():
     (entry,) = compiled._compiled.values()
     top = [e.primitive.name for e in entry.program.jaxprs["while"].jaxpr.eqns]
     assert "while" in top and "jit" not in top, top
+
+
+def _marked_callees(jaxpr, found=None):
+    """The callees of every `Auto` operator's marked call in `jaxpr`, any depth."""
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "jit" and str(eqn.params["name"]).startswith(
+            "lineax_dispatch_mv_auto"
+        ):
+            found.append(eqn.params["jaxpr"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _marked_callees(sub, found)
+    return found
+
+
+# A module's array, as a user's function reads it (a global, not a closure cell:
+# equinox makes the arrays of a closure's cells leaves of the function).
+_MATRIX = jnp.asarray(np.eye(N) * 2.0 + 0.1, jnp.float64)
+
+
+def test_arrays_the_function_closes_over_are_passed_to_calls_in_loops():
+    """An operator made outside the program whose function reads a global matrix,
+    applied in a loop body and decided `Lazy`: its call stays in the loop, and the
+    matrix is passed to it (a constant of the program, as under `jax.jit`) rather
+    than held by the callee, which XLA:CPU compiles far slower."""
+    structure = jax.ShapeDtypeStruct((N,), jnp.float64)
+    op = lxd.FunctionLinearOperator(lambda x: _MATRIX @ x, structure)
+
+    def f(x):
+        step = lambda i, v: op.mv(v) / jnp.linalg.norm(op.mv(v))
+        return jax.lax.fori_loop(0, 3, step, x)
+
+    x = jnp.linspace(0.1, 1.0, N)
+    compiled = lxd.jit(f)
+    _close(compiled(x), jax.jit(f)(x))
+    assert [d.strategy for d in compiled.decisions(x).values()] == ["Lazy"]
+    callees = _marked_callees(jax.make_jaxpr(compiled)(x).jaxpr)
+    assert callees
+    for callee in callees:
+        assert not callee.consts
+        assert [v.aval.shape for v in callee.jaxpr.invars] == [(N, N), (N,)]
+    _close(jax.grad(lambda x: compiled(x).sum())(x), jax.grad(lambda x: f(x).sum())(x))
+    xs = jnp.stack([x, 2.0 * x])
+    _close(jax.vmap(compiled)(xs), jax.vmap(jax.jit(f))(xs))

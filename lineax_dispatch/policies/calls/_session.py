@@ -17,7 +17,7 @@ import jax
 
 from ..._compat import current_trace
 from ._keys import abstract_operator, operator_key
-from ._marked import AUTO_NAME, mv_parts, named_marked
+from ._marked import AUTO_NAME, lifted_call, mv_parts, named_marked
 from ._sites import user_site
 
 
@@ -38,6 +38,17 @@ class AutoRecord:
     operator: Any
     call: Any
     callees: list = dataclasses.field(default_factory=list)
+    # `{id(traced callee): (traced callee, lifted_call of it)}`.
+    lifted_calls: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def lifted(self, traced: Any) -> Any:
+        """The `lifted_call` of the traced marked call `traced`, made once per
+        traced callee (one callee for all the sites it serves)."""
+        entry = self.lifted_calls.get(id(traced.jaxpr))
+        if entry is None:
+            entry = (traced.jaxpr, lifted_call(self.name, traced))
+            self.lifted_calls[id(traced.jaxpr)] = entry
+        return entry[1]
 
     def note_callee(self, callee: Any) -> None:
         """Notes `callee` as one of the operator's plain `mv`s."""
