@@ -16,6 +16,14 @@ new function object: no trace is reused), solved by CG(1e-5, 1e-5). Variants:
   itself costs; with `--program newton`, lineax's `AutoLinearSolver`);
 - `jax.jit + ours`: our operator and `lxd.CG` under `jax.jit` (what our CG costs).
 
+With `--program loop` (n = 1024 by default) the program applies the operator
+twice per step of a `fori_loop` of 20 steps (`y -> A y / |A y|`, with `A = M^T M`
+applied as a normal operator applies it, `M^T (M y)`), its function reading the
+matrix as a module's global, so that lineax's closure conversion keeps it in the
+operator's static half: `jax.jit` puts the `mv` inline, `lxd.jit` keeps a call in
+the loop body. `M` is random (with a symmetric `M` XLA:CPU's compile time differs,
+for `jax.jit` too). Results: `fixed_cost-loop.json` and `.png`.
+
 With `--program newton` the program is `optx.root_find` with `optx.Newton(1e-5,
 1e-5)` of `F(y) = tanh(A y) / 4 + y - 1` from `y = b` (a new function object each
 time), its linear solves by the solver's automatic choice: lineax's
@@ -36,12 +44,14 @@ How to run
     python -m benchmarks.fixed_cost              # n = 64, 21 rounds
     python -m benchmarks.fixed_cost --quick      # n = 32, 3 rounds
     python -m benchmarks.fixed_cost --program newton
+    python -m benchmarks.fixed_cost --program loop [--n 256]
 
 Results: `benchmarks/results/fixed_cost.json` and `.png`.
 """
 
 import statistics
 import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +99,31 @@ def _newton_program(n: int, matrix, operators, solvers, jit):
     return jit(lambda b: optx.root_find(residual, solver, b, throw=False).value)
 
 
-PROGRAMS = {"cg": _cg_program, "newton": _newton_program}
+# The loop program's matrix, read by `_gram` as a user's function reads a module's
+# array (a global: no leaf of the function, unlike an array in a closure's cell,
+# which equinox makes one). Set by each program built, before it is traced.
+_GLOBAL = types.SimpleNamespace(matrix=None)
+
+
+def _gram(x):
+    return _GLOBAL.matrix.T @ (_GLOBAL.matrix @ x)
+
+
+def _loop_program(n: int, matrix, operators, solvers, jit):
+    del solvers
+    _GLOBAL.matrix = matrix
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    op = operators.FunctionLinearOperator(lambda x: _gram(x), structure)
+
+    def step(i, y):
+        return op.mv(y) / jnp.linalg.norm(op.mv(y))
+
+    return jit(lambda b: jax.lax.fori_loop(0, 20, step, b))
+
+
+PROGRAMS = {"cg": _cg_program, "newton": _newton_program, "loop": _loop_program}
+# Each program's size unless `--n` is given.
+SIZES = {"cg": 64, "newton": 64, "loop": 1024}
 
 
 def _stages(program, b) -> dict:
@@ -110,7 +144,9 @@ def _stages(program, b) -> dict:
 def measure(n: int, rounds: int, program: str = "cg") -> dict:
     rng = np.random.default_rng(0)
     m = rng.standard_normal((n, n)) / np.sqrt(n)
-    matrix = jnp.asarray(m @ m.T + np.eye(n), jnp.float32)
+    # The loop program's `M` is the random matrix itself: with `M` symmetric
+    # (`M^T = M`) XLA:CPU compiles its program at a speed of its own.
+    matrix = jnp.asarray(m if program == "loop" else m @ m.T + np.eye(n), jnp.float32)
     b = jnp.ones(n, jnp.float32)
     build = PROGRAMS[program]
     reference = None
@@ -190,7 +226,11 @@ def plot(results: dict, path, program: str = "cg") -> None:
     ax.set_ylabel(f"first call / {BASE}'s, per round")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=8)
-    what = "one cheap CG solve" if program == "cg" else "optimistix Newton, AutoSolver"
+    what = {
+        "cg": "one cheap CG solve",
+        "newton": "optimistix Newton, AutoSolver",
+        "loop": "two mvs a step of a fori_loop",
+    }[program]
     fig.suptitle(f"{what}; {harness.jax_label(openblas=True)}", fontsize=9)
     harness.save(fig, path)
 
@@ -199,8 +239,13 @@ def main(argv=None) -> None:
     """Measure, print the report, write `fixed_cost.json` and `.png`."""
     parser = harness.parser(__doc__, FULL, QUICK)
     parser.add_argument("--program", choices=tuple(PROGRAMS), default="cg")
+    parser.add_argument("--n", type=int, help="size (default: the program's)")
     args = parser.parse_args(argv)
     settings = dict(QUICK if args.quick else FULL, program=args.program)
+    if not args.quick:
+        settings["n"] = SIZES[args.program]
+    if args.n is not None:
+        settings["n"] = args.n
     env = harness.environment(load_average=True)
     results = measure(settings["n"], settings["rounds"], args.program)
     report(results)
