@@ -194,8 +194,9 @@ class Auto(AbstractPolicy):
                 # The callee just called (jax's cached trace: the equation's).
                 record.note_callee(traced.jaxpr)
                 return out
-            # Arrays the operator's function closes over: passed to the call
-            # (`lifted_call`), as constants of this trace.
+            # Arrays the operator's function reads but is not given (a module's
+            # global): passed to the call (`lifted_call`), as constants of this
+            # trace.
             lifted = record.lifted(traced)
             consts = list(traced.jaxpr.consts)
             record.note_callee(lifted.trace(consts, dynamic, vector).jaxpr)

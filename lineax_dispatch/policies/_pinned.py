@@ -60,7 +60,7 @@ class ChoiceRef(_Unkeyed):
     """The `lxd.AutoSolver` choice (a `SolverChoice`) made in a solver's `init`
     while `lxd.jit` or `lxd.explain` traced a program (`None` elsewhere), carried
     in the solver's state: a later program that reuses the trace of its solve
-    reads it from its own program (`carried_solver_choices`), as a solve's
+    reads it from its own program (`add_carried_solver_choices`), as a solve's
     record is read (`_RecordRef`). Always present, and equal to every other, for
     the same reasons."""
 

@@ -163,9 +163,10 @@ class Session:
 # an `Auto` operator's marked call named for one program may be reused by another:
 # that program finds the foreign marked call in its own (`foreign_marked_calls`),
 # retires the shared value (`retire_shared_context`) and is traced again. A solve
-# decided in its solver's `init` rides on its operator (`program/analyse/_solves.py`), and an
-# `AutoSolver` choice on its solver's state (`ChoiceRef`); a trace told solve
-# hints runs under a value of its own.
+# decided in its solver's `init` rides on its operator, and an `AutoSolver` choice
+# on its solver's state (`ChoiceRef`): both are read back from the program
+# (`program/analyse/_solves.py`). A trace told solve hints runs under a value of
+# its own.
 PASS_CONTEXT = jax.make_user_context(default_value=None)
 
 
@@ -272,7 +273,7 @@ def record_solver_choice(
     if one is running, and returns it (`None` where none is) for the solver's
     state to carry: made in a nested trace, it does not retire the shared
     jit-cache context, since a later program that reuses that trace reads it
-    from its own program (`carried_solver_choices`)."""
+    from its own program (`add_carried_solver_choices`)."""
     active = _SESSION.get()
     if active is None:
         return None
