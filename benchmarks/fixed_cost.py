@@ -22,7 +22,8 @@ applied as a normal operator applies it, `M^T (M y)`), its function reading the
 matrix as a module's global, so that lineax's closure conversion keeps it in the
 operator's static half: `jax.jit` puts the `mv` inline, `lxd.jit` keeps a call in
 the loop body. `M` is random (with a symmetric `M` XLA:CPU's compile time differs,
-for `jax.jit` too). Results: `fixed_cost-loop.json` and `.png`.
+for `jax.jit` too). The program solves nothing: its two `lxd.jit` variants run the
+same program. Results: `fixed_cost-loop.json` and `.png`.
 
 With `--program newton` the program is `optx.root_find` with `optx.Newton(1e-5,
 1e-5)` of `F(y) = tanh(A y) / 4 + y - 1` from `y = b` (a new function object each
