@@ -69,17 +69,22 @@ def test_a_helper_applying_an_auto_operator_is_traced_for_each_program():
     assert len(traces) == 2
 
 
+def _nested_set_up():
+    """For a program applying an `Auto` operator in nested traces: the list of
+    the counted helper's traces, the helper, the operator and its matrix, an input,
+    and the shared context before any program."""
+    traces = []
+    helper = _counted_helper(traces)
+    operator, matrix = _auto_operator()
+    return traces, helper, operator, matrix, jnp.arange(1.0, N + 1.0), shared_context()
+
+
 def test_an_auto_operator_in_nested_traces_keeps_the_shared_context():
     # Applied inside lineax's own CG (its solve is traced in jits of its own) and
     # in a loop body, an `Auto` operator makes its records in nested traces. Those
     # traces name this program's marked call; the next program (a new function)
     # reuses none of them, so no program re-traces the user's helper.
-    traces = []
-    helper = _counted_helper(traces)
-
-    operator, matrix = _auto_operator()
-    x = jnp.arange(1.0, N + 1.0)
-    before = shared_context()
+    traces, helper, operator, matrix, x, before = _nested_set_up()
 
     def program(x, scale):
         solved = lx.linear_solve(operator, helper(x), lx.CG(1e-10, 1e-10)).value
@@ -101,11 +106,7 @@ def test_an_auto_solver_choice_in_a_nested_trace_keeps_the_shared_context():
     # rides on the solver's state: no program re-traces the user's helper, and
     # each program still reports the choice, the second one from the trace it
     # reused.
-    traces = []
-    helper = _counted_helper(traces)
-    operator, matrix = _auto_operator()
-    x = jnp.arange(1.0, N + 1.0)
-    before = shared_context()
+    traces, helper, operator, matrix, x, before = _nested_set_up()
 
     def program(x, scale):
         def step(i, v):
