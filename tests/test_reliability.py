@@ -22,6 +22,7 @@ from .helpers.small_operators import (
 
 _ITERATIVE = {
     "CG": lambda: lxd.CG(rtol=1e-8, atol=1e-8),
+    "CG-inline": lambda: lxd.CG(rtol=1e-8, atol=1e-8, layout="inline"),
     "MINRES": lambda: lxd.MINRES(rtol=1e-8, atol=1e-8),
     "GMRES": lambda: lxd.GMRES(rtol=1e-8, atol=1e-8),
     "BiCGStab": lambda: lxd.BiCGStab(rtol=1e-8, atol=1e-8),
@@ -45,7 +46,7 @@ def test_non_finite_operator_is_never_a_success(name, bad):
             lx.linear_solve(operator, b, _ITERATIVE[name]()).value.block_until_ready()
     # CG and MINRES stop at once (every comparison with NaN is false): the code is
     # the one for non-finite input, as lineax's.
-    if name in ("CG", "MINRES", "AutoSolver-iterative"):
+    if name in ("CG", "CG-inline", "MINRES", "AutoSolver-iterative"):
         assert sol.result == lx.RESULTS.nonfinite_input
 
 

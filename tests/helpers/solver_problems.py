@@ -117,6 +117,12 @@ def _pair(ours, theirs, **kw):
 
 SOLVERS = {
     "cg": (*_pair(lxd.CG, lx.CG), ("psd",)),
+    # CG's inline layout (`mv` where lineax's CG writes it), whatever the cost.
+    "cg-inline": (
+        lambda tol: lxd.CG(rtol=tol, atol=tol, layout="inline"),
+        lambda tol: lx.CG(rtol=tol, atol=tol),
+        ("psd",),
+    ),
     "bicgstab": (*_pair(lxd.BiCGStab, lx.BiCGStab), ("psd", "nonsym")),
     "gmres": (*_pair(lxd.GMRES, lx.GMRES, restart=5), ("psd", "nonsym")),
     "normal-cg": (

@@ -228,6 +228,8 @@ def test_operators_of_static_parts_equal_only_as_numbers_share_no_callee(policy)
 
 _DEFAULT_POLICY_SOLVERS = {
     "CG": (lxd.CG(1e-10, 1e-10), True),
+    # Three `mv` sites, one traced call of an operator of ours.
+    "CG-inline": (lxd.CG(1e-10, 1e-10, layout="inline"), True),
     "MINRES": (lxd.MINRES(1e-10, 1e-10), True),
     "GMRES": (lxd.GMRES(1e-10, 1e-10), False),
     "BiCGStab": (lxd.BiCGStab(1e-10, 1e-10), False),

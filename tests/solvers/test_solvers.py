@@ -40,6 +40,7 @@ _CASES = [
     for dtype in (jnp.float32, jnp.float64)
 ] + [
     ("cg", "psd", jnp.complex128),
+    ("cg-inline", "psd", jnp.complex128),
     ("gmres", "nonsym", jnp.complex128),
     ("normal-cg", "tall", jnp.complex128),
 ]
@@ -119,6 +120,7 @@ def test_max_steps_reached(name):
     kind = kinds[-1]
     solver = {
         "cg": lxd.CG(rtol=1e-12, atol=1e-12, max_steps=2),
+        "cg-inline": lxd.CG(rtol=1e-12, atol=1e-12, max_steps=2, layout="inline"),
         "bicgstab": lxd.BiCGStab(rtol=1e-12, atol=1e-12, max_steps=2),
         "gmres": lxd.GMRES(rtol=1e-12, atol=1e-12, max_steps=2, restart=2),
         "normal-cg": lxd.Normal(lxd.CG(rtol=1e-12, atol=1e-12, max_steps=2)),
@@ -204,7 +206,9 @@ def test_vmap_over_operator_and_vector(name):
         np.testing.assert_allclose(out[i], scale * expected, rtol=1e-7, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["cg", "bicgstab", "gmres", "minres", "normal-cg"])
+@pytest.mark.parametrize(
+    "name", ["cg", "cg-inline", "bicgstab", "gmres", "minres", "normal-cg"]
+)
 def test_preconditioner_and_y0_options(name):
     ours, _, kinds = SOLVERS[name]
     kind = "psd"
@@ -293,9 +297,9 @@ def _stencil_2d(side: int):
     return mv
 
 
-def _conds(side: int) -> int:
-    """The conditionals in the lowered program of a jitted CG solve of the stencil
-    on a `side x side` grid."""
+def _conds(side: int, layout: str) -> int:
+    """The conditionals in the lowered program of a jitted CG solve (in `layout`) of
+    the stencil on a `side x side` grid."""
     n = side * side
     op = lxd.FunctionLinearOperator(
         _stencil_2d(side),
@@ -303,12 +307,14 @@ def _conds(side: int) -> int:
         lx.positive_semidefinite_tag,
         policy=lxd.Lazy(),
     )
-    solve = jax.jit(lambda b: lx.linear_solve(op, b, lxd.CG(1e-8, 1e-8)).value)
+    solver = lxd.CG(1e-8, 1e-8, layout=layout)
+    solve = jax.jit(lambda b: lx.linear_solve(op, b, solver).value)
     return solve.lower(jnp.ones(n, jnp.float64)).as_text().count("stablehlo.case")
 
 
+@pytest.mark.parametrize("layout", ["one_site", "inline"])
 @pytest.mark.parametrize("side", [16, 64])
-def test_cg_residual_update_matches_lineax_at_every_size(side):
+def test_cg_residual_update_matches_lineax_at_every_size(side, layout):
     # From 4096 unknowns on, CG updates its residual in a `lax.cond` (XLA:CPU
     # would otherwise compute the `mv` again inside the update); below, in one
     # expression. Both give lineax's steps and solution, under jit, vmap and grad.
@@ -324,18 +330,19 @@ def test_cg_residual_update_matches_lineax_at_every_size(side):
         sol = lx.linear_solve(op, b, solver, throw=False)
         return sol.value, sol.stats["num_steps"], sol.result._value
 
-    ours_solve = jax.jit(lambda b: solve(ours, lxd.CG(1e-8, 1e-8), b))
+    cg = lxd.CG(1e-8, 1e-8, layout=layout)
+    ours_solve = jax.jit(lambda b: solve(ours, cg, b))
     plain_solve = jax.jit(lambda b: solve(plain, lx.CG(1e-8, 1e-8), b))
-    assert _conds(side) - _conds(4) == (1 if n >= 4096 else 0)
+    assert _conds(side, layout) - _conds(4, layout) == (1 if n >= 4096 else 0)
     y, steps, result = ours_solve(bs[0])
     y_plain, steps_plain, _ = plain_solve(bs[0])
     assert int(result) == 0
     assert abs(int(steps) - int(steps_plain)) <= 1
     np.testing.assert_allclose(y, y_plain, rtol=1e-6, atol=1e-8)
-    ys, _, results = jax.jit(jax.vmap(lambda b: solve(ours, lxd.CG(1e-8, 1e-8), b)))(bs)
+    ys, _, results = jax.jit(jax.vmap(lambda b: solve(ours, cg, b)))(bs)
     assert np.all(np.asarray(results) == 0)
     np.testing.assert_allclose(ys[0], y, rtol=1e-6, atol=1e-8)
-    grad = jax.grad(lambda b: jnp.sum(solve(ours, lxd.CG(1e-8, 1e-8), b)[0] ** 2))
+    grad = jax.grad(lambda b: jnp.sum(solve(ours, cg, b)[0] ** 2))
     grad_plain = jax.grad(lambda b: jnp.sum(solve(plain, lx.CG(1e-8, 1e-8), b)[0] ** 2))
     np.testing.assert_allclose(
         jax.jit(grad)(bs[1]), jax.jit(grad_plain)(bs[1]), rtol=1e-5, atol=1e-8

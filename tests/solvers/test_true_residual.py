@@ -9,6 +9,8 @@ the float32 residual the solver reads differs from the float64 one by a few such
 roundings whatever the order of the sums (here at most 0.9 of the widened bound;
 MINRES's successes before the check reached 10 times it, BiCGStab's 1.9 times)."""
 
+import functools as ft
+
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -34,6 +36,7 @@ def _spd(seed: int, cond: float) -> tuple[np.ndarray, np.ndarray]:
 
 _SOLVERS = {
     "CG": lxd.CG,
+    "CG-inline": ft.partial(lxd.CG, layout="inline"),
     "MINRES": lxd.MINRES,
     "GMRES": lxd.GMRES,
     "BiCGStab": lxd.BiCGStab,
@@ -123,7 +126,7 @@ def test_a_reachable_tolerance_is_still_a_success(name):
     assert ok, ratio
 
 
-@pytest.mark.parametrize("name", ["CG", "BiCGStab", "MINRES"])
+@pytest.mark.parametrize("name", ["CG", "CG-inline", "BiCGStab", "MINRES"])
 def test_true_residual_check_under_grad_and_vmap(name):
     """The check adds passes to the loop: gradients and batches through the solve
     are those of a dense solve."""
@@ -149,8 +152,9 @@ def test_true_residual_check_under_grad_and_vmap(name):
     np.testing.assert_allclose(got, want, rtol=1e-7)
 
 
+@pytest.mark.parametrize("layout", ["one_site", "inline"])
 @pytest.mark.parametrize("seed", range(4))
-def test_cg_stops_with_stagnation_where_the_tolerance_is_out_of_reach(seed):
+def test_cg_stops_with_stagnation_where_the_tolerance_is_out_of_reach(seed, layout):
     """A tolerance float32 cannot reach on the system (1e-7 at condition number
     10): CG's check of the true residual fails and further steps do not halve it,
     so the solve stops with `stagnation` a few steps after its first failed check.
@@ -159,7 +163,7 @@ def test_cg_stops_with_stagnation_where_the_tolerance_is_out_of_reach(seed):
     residual pass, and must meet the tolerance. The same system in float64 is
     solved."""
     matrix, b = _spd(seed, 10.0)
-    solver = lxd.CG(rtol=1e-7, atol=1e-7, max_steps=10 * N)
+    solver = lxd.CG(rtol=1e-7, atol=1e-7, max_steps=10 * N, layout=layout)
 
     def solve(m, v):
         op = lxd.MatrixLinearOperator(m, _TAGS)

@@ -69,11 +69,13 @@ _SCALES = {
         "roll_fixed",
         "roll_site",
         "solve_copy",
+        "inline_compile",
+        "compile_per_constant_byte",
     ),
     "matmul_s": ("flops_per_second", "factor_flops_per_second"),
     "stream_s": ("bytes_per_second", "callback_bytes_per_second"),
     "cached_s": ("cache_bytes_per_second",),
-    "step_s": ("krylov_step", "roll_step", "outline_call"),
+    "step_s": ("krylov_step", "roll_step", "outline_call", "refresh_pass"),
 }
 
 

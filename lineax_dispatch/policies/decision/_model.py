@@ -68,6 +68,15 @@ class CostModel(eqx.Module):
         its copy of `mv` (JAX lowers the solve's trace once; XLA:CPU clones it):
         `lxd.jit` rolls k solves of the user's only where the k - 1 copies it
         saves cost more than rolling them.
+    - `inline_compile`: compile time of [`lineax_dispatch.CG`][]'s inline layout
+        beyond its one-site loop, besides the inline layout's two further copies
+        of `mv` (a `lax.cond` and the stopping test before it).
+    - `compile_per_constant_byte`: compile time a copy of `mv` adds per byte of
+        the constants it holds (arrays the program closes over rather than takes
+        as arguments): XLA:CPU compiles each copy with its constants.
+    - `refresh_pass`: run time of one residual pass of CG's one-site loop beyond
+        its `mv` and its vector traffic: what the inline layout saves for each
+        refresh and each check of the true residual.
     - `source`: where the constants come from, as `lxd.explain` reports it.
 
     Where a user gives no cost model, `Auto` and `AutoSolver` use this machine's:
@@ -106,6 +115,13 @@ class CostModel(eqx.Module):
     # From `lxd.jit` programs of k dependent solves, rolled and not, of the
     # fit half of `benchmarks.families_cases` (the note of this change).
     solve_copy: float = 5e-3
+    # From CG on 1-D operators (a diagonal, a three-point stencil) at n = 64 and
+    # 4096, and on the 2-D stencil at n = 1024 and 4096; the note of this change.
+    inline_compile: float = 3e-3
+    # A 4096 x 4096 float32 matrix closed over: 82 ms (the operator's array) to
+    # 480 ms (a closure's constant) per copy of `mv`.
+    compile_per_constant_byte: float = 3e-9
+    refresh_pass: float = 1.5e-6
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
     def __check_init__(self):

@@ -4,43 +4,31 @@ import functools as ft
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple, TypeAlias
 
+import equinox as eqx
 import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-import numpy as np
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
+from ._cg_inline import choose_layout, inline_solve, InlineLoop, LAYOUTS
+from ._cg_modes import (
+    CHECK,
+    CHECK_PROGRESS,
+    CONVERGED,
+    CURVATURE_NEGATIVE,
+    CURVATURE_ZERO,
+    RESIDUAL,
+    STAGNATED,
+    STEP,
+)
 from ._flat import dot, keep_conj, keep_linearise, select
 from ._system import System
 
 
-_CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static]
-
-
-# The loop's `mode`: its next pass is an ordinary step (0), a residual pass (the
-# first and every refresh) or a check (a residual pass after a step whose updated
-# residual passed the test); or, negative, it stopped: because the last `p^T A p`
-# was negative (the operator is not definite: `breakdown`) or too small
-# (`singular`), because a residual pass after a failed check failed too without
-# having halved the true residual (`stagnation`), or because a residual pass
-# passed the test (converged). One value rather than flags and a code, the passes
-# to come positive so that `mode > _STEP` is the one comparison that says a pass
-# is a residual pass: XLA:CPU compiles each scalar the loop computes apart as a
-# kernel of its own, at 2-4 ms of compile each.
-_STEP, _RESIDUAL, _CHECK = np.int32(0), np.int32(1), np.int32(2)
-
-
-_CURVATURE_NEGATIVE, _CURVATURE_ZERO, _STAGNATED, _CONVERGED = (
-    np.int32(c) for c in range(-1, -5, -1)
-)
-
-
-# After a failed check, a residual pass that fails the test stops the solve unless
-# the true residual is at most this fraction of that at the failed pass before.
-_CHECK_PROGRESS = 0.5
+_CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static, eqxi.Static]
 
 
 class _Loop(NamedTuple):
@@ -49,8 +37,8 @@ class _Loop(NamedTuple):
     at the end of the pass before, so that the slot reads one vector rather than a
     select, which XLA:CPU fused into the operator's own kernels), last update
     `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
-    why the loop stopped (`_STEP`, `_RESIDUAL`, `_CHECK`, `_CURVATURE_*`,
-    `_STAGNATED`, `_CONVERGED`: a loop in `_STEP` has not passed the stopping
+    why the loop stopped (`STEP`, `RESIDUAL`, `CHECK`, `_CURVATURE_*`,
+    `STAGNATED`, `CONVERGED`: a loop in `STEP` has not passed the stopping
     test); `checked` is the stopping test's measure (`test_measure`: the residual
     or the update, in units of its tolerance) at the last failed residual pass
     from the first failed check on (infinite before it); `b_scale` scales the
@@ -87,13 +75,14 @@ def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
     """The loop's condition: a residual pass is pending, or an ordinary step may
     be taken (`gamma` positive and steps left)."""
     iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
-    pending = s.mode > _STEP
-    return pending | ((s.mode == _STEP) & iterate)
+    pending = s.mode > STEP
+    return pending | ((s.mode == STEP) & iterate)
 
 
 class CG(AbstractOneSiteSolver[_CGState]):
     """Conjugate gradient solver for positive or negative (semi)definite operators,
-    with the operator's `mv` written once in the compiled program.
+    with the operator's `mv` written once in the compiled program where a copy of
+    it is expensive to compile.
 
     A drop-in for [`lineax.CG`][]: the same fields, defaults and `options`, the same
     iterates, and `stats["num_steps"]` counting the same steps. lineax's CG writes
@@ -110,6 +99,19 @@ class CG(AbstractOneSiteSolver[_CGState]):
     the test without having halved the true residual since the failed pass before
     stops the solve with `stagnation` (the tolerance is below what the dtype can
     reach on this system), where going on to `max_steps` gains nothing.
+
+    Each of those residual passes is a whole iteration of the loop. Where a copy of
+    `mv` compiles cheaply and the solve runs many times, the inline layout
+    (`layout="inline"`) is faster: `mv` is written where lineax's CG writes it
+    (before the loop, in the step, and in a `lax.cond` of the step for `b - A y`,
+    taken at each refresh and wherever the updated residual passes the test), with
+    the same iterates, checks and results as the one-site loop in fewer passes.
+    `layout="auto"` (the default) takes it where the passes it saves over the
+    solve's expected runs (the operator's [`lineax_dispatch.Auto`][] `runs`, else
+    `Auto`'s default) take longer than its two further copies of `mv` take to
+    compile, as the cost model estimates them; else the one-site loop. A lineax
+    operator holding a function of the user's, whose cost is not known without
+    tracing the function again, stays on one site.
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -139,8 +141,13 @@ class CG(AbstractOneSiteSolver[_CGState]):
     norm: Callable[[PyTree], Scalar] = max_norm
     stabilise_every: int | None = 10
     max_steps: int | None = None
+    layout: str = "auto"
 
     def __check_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(
+                f"`CG(..., layout=...)` must be one of {LAYOUTS}, got {self.layout!r}."
+            )
         if self.stabilise_every is not None and (
             not isinstance(self.stabilise_every, int) or self.stabilise_every < 1
         ):
@@ -150,7 +157,6 @@ class CG(AbstractOneSiteSolver[_CGState]):
             )
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]):
-        del options
         check_square(operator, "CG")
         is_nsd = lx.is_negative_semidefinite(operator)
         if not (lx.is_positive_semidefinite(operator) | is_nsd):
@@ -159,15 +165,24 @@ class CG(AbstractOneSiteSolver[_CGState]):
                 "(e.g. `lx.positive_semidefinite_tag`); got one with neither tag. "
                 "Use `MINRES` for symmetric indefinite operators."
             )
+        given = operator
         if is_nsd:
             operator = -operator
-        return keep_linearise(self.prepare(operator)), eqxi.Static(is_nsd)
+        prepared = keep_linearise(self.prepare(operator))
+        layout = self.layout
+        if layout == "auto":
+            preconditioner = options.get("preconditioner")
+            layout = choose_layout(self, given, prepared, preconditioner)
+        return prepared, eqxi.Static(is_nsd), eqxi.Static(layout)
 
     def compute(
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        operator, is_nsd = state
-        y, result, stats, flat = self.solve_square(operator, vector, options)
+        operator, is_nsd, layout = state
+        solver = self
+        if layout.value != self.layout:
+            solver = eqx.tree_at(lambda s: s.layout, self, layout.value)
+        y, result, stats, flat = solver.solve_square(operator, vector, options)
         if is_nsd.value:
             y = -y
         return flat.unravel(y), result, stats
@@ -180,6 +195,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         size = system.flat.size
         max_steps = self.resolve_max_steps(size)
         rcond = 2 * jnp.finfo(system.flat.dtype).eps * max(size, 1)
+        if self.layout == "inline" and system.rhs is not None:
+            s = inline_solve(self, system, precond, y0, rcond, max_steps)
+            return self._loop_end(system, s, max_steps)
         s = lax.while_loop(
             ft.partial(_continues, max_steps),
             ft.partial(self._pass, system, precond, rcond),
@@ -200,7 +218,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             diff=jnp.full_like(y0, jnp.inf),
             gamma=zero,
             step=jnp.array(0),
-            mode=jnp.asarray(_RESIDUAL),
+            mode=jnp.asarray(RESIDUAL),
             checked=jnp.full((), jnp.inf, jnp.finfo(dtype).dtype),
             b_scale=b_scale,
         )
@@ -229,11 +247,11 @@ class CG(AbstractOneSiteSolver[_CGState]):
         mode, failed, measure = self._next_mode(system, s, new, outcome)
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
-        advance = mode == _STEP
+        advance = mode == STEP
         p_new = select(advance, z + beta * s.p, s.p)
         return new._replace(
             p=p_new,
-            v=select(mode > _STEP, new.y, p_new),
+            v=select(mode > STEP, new.y, p_new),
             gamma=select(advance, gamma_new, s.gamma),
             mode=mode,
             checked=select(failed, measure.astype(s.checked.dtype), s.checked),
@@ -250,7 +268,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         iterate, residual, update and step count after the pass, and how the pass
         went (`_Outcome`).
         """
-        pending = s.mode > _STEP
+        pending = s.mode > STEP
         p, gamma = s.p, s.gamma
         # The one application slot: the iterate on a residual step, else the
         # search direction. `out` is then the residual; `product` is `A p` on
@@ -262,7 +280,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         step_taken = ~pending & ok
         bad = ~pending & ~ok
         negative = jnp.real(curvature) < -threshold
-        code = select(negative, _CURVATURE_NEGATIVE, _CURVATURE_ZERO)
+        code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
         alpha = gamma / select(ok, curvature, 1)
         diff = select(step_taken, alpha * p, s.diff)
         y = select(step_taken, s.y + diff, s.y)
@@ -298,18 +316,16 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # test (a check or a refresh) must have halved the true residual since
         # the one before, or the loop stops (`stagnation`).
         check = step_taken & ~unconverged
-        failed = unconverged & (
-            (s.mode == _CHECK) | (pending & jnp.isfinite(s.checked))
-        )
-        stagnated = failed & ~(measure <= _CHECK_PROGRESS * s.checked)
+        failed = unconverged & ((s.mode == CHECK) | (pending & jnp.isfinite(s.checked)))
+        stagnated = failed & ~(measure <= CHECK_PROGRESS * s.checked)
         refresh = outcome.refresh
-        next_pass = select(check, _CHECK, select(refresh, _RESIDUAL, _STEP))
-        next_pass = select(pending & ~unconverged, _CONVERGED, next_pass)
-        mode = select(stagnated, _STAGNATED, next_pass)
+        next_pass = select(check, CHECK, select(refresh, RESIDUAL, STEP))
+        next_pass = select(pending & ~unconverged, CONVERGED, next_pass)
+        mode = select(stagnated, STAGNATED, next_pass)
         return select(outcome.bad, outcome.code, mode), failed, measure
 
     def _loop_end(
-        self, system: System, s: _Loop, max_steps: int
+        self, system: System, s: _Loop | InlineLoop, max_steps: int
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """The solution, result and stats from the loop's final state `s`."""
         # `gamma = <M r, r>` is that of the final residual, or of the updated one
@@ -324,22 +340,22 @@ class CG(AbstractOneSiteSolver[_CGState]):
             system,
             s,
             max_steps,
-            s.mode != _CONVERGED,
+            s.mode != CONVERGED,
             finite_input=jnp.isfinite(s.gamma),
             codes=(
-                (s.mode == _CURVATURE_ZERO, lx.RESULTS.singular),
-                (s.mode == _STAGNATED, lx.RESULTS.stagnation),
+                (s.mode == CURVATURE_ZERO, lx.RESULTS.singular),
+                (s.mode == STAGNATED, lx.RESULTS.stagnation),
             ),
-            breakdown=s.mode == _CURVATURE_NEGATIVE,
+            breakdown=s.mode == CURVATURE_NEGATIVE,
         )
 
     def transpose(self, state: _CGState, options: dict[str, Any]):
-        operator, is_nsd = state
-        return (operator.transpose(), is_nsd), transpose_options(options)
+        operator, is_nsd, layout = state
+        return (operator.transpose(), is_nsd, layout), transpose_options(options)
 
     def conj(self, state: _CGState, options: dict[str, Any]):
-        operator, is_nsd = state
-        return (keep_conj(operator), is_nsd), conj_options(options)
+        operator, is_nsd, layout = state
+        return (keep_conj(operator), is_nsd, layout), conj_options(options)
 
 
 CG.__init__.__doc__ = r"""**Arguments:**
@@ -349,8 +365,13 @@ CG.__init__.__doc__ = r"""**Arguments:**
 - `norm`: the norm in which the scaled residual and update are measured. Defaults to
     the max norm.
 - `stabilise_every`: every this many steps the residual is recomputed as `b - A y`
-    (through the same `mv` slot) rather than updated, to correct rounding drift.
+    (through the same `mv` slot, or the inline layout's own copy) rather than updated, to correct rounding drift.
     `None` never recomputes it. Defaults to 10.
 - `max_steps`: the maximum number of steps. Defaults to ten times the number of
     unknowns, as lineax (then hitting it reports `singular`).
+- `layout`: `"one_site"` (`mv` written once: refreshes and checks are passes of
+    the loop), `"inline"` (`mv` written three times, as lineax's CG: refreshes and
+    checks inside the steps) or `"auto"` (the default: whichever the cost model
+    estimates cheaper for this operator, see above). The normal equations of
+    [`lineax_dispatch.Normal`][] are always solved on one site.
 """

@@ -20,7 +20,7 @@ from ._flat import all_finite, flat_mv, Flattener, result_dtype, select
 
 
 # From this many unknowns on, `System.updated_residual` updates in a `lax.cond`.
-_UPDATE_IN_COND = 4096
+UPDATE_IN_COND = 4096
 
 
 class System(eqx.Module):
@@ -69,7 +69,7 @@ class System(eqx.Module):
         `out` where `residual` is true, else `r - coef * product`.
 
         A select between the two, except for the plain system from
-        `_UPDATE_IN_COND` unknowns on: there a `lax.cond` whose branches read
+        `UPDATE_IN_COND` unknowns on: there a `lax.cond` whose branches read
         `N x` (the `mv`'s output) as computed, `c - N x` or `r - coef N x`. As a
         select, XLA:CPU fuses the `mv`'s own operations into the update and
         computes them a second time there. Measured by `python -m
@@ -79,7 +79,7 @@ class System(eqx.Module):
         and the `cond` costs 5-10% more compile.
         """
         rhs = self.rhs
-        if self.split is None or rhs is None or product.size < _UPDATE_IN_COND:
+        if self.split is None or rhs is None or product.size < UPDATE_IN_COND:
             return select(residual, out, r - coef * product)
         return lax.cond(
             residual,

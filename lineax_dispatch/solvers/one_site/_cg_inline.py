@@ -1,0 +1,273 @@
+"""CG's inline layout: its residual refreshes and checks inside its steps.
+
+The one-site loop of `_cg.py` takes a pass of its own through its one `mv` slot for
+the initial residual, every residual refresh and every check of the true residual:
+a whole iteration of its loop (its vector updates, its stopping test, the loop's
+round trip) beyond the `mv`. The inline layout writes `mv` where lineax's CG does:
+the initial residual before the loop, the step, and `b - A y` in a `lax.cond` of
+the step, taken at a refresh and wherever the updated residual passes the stopping
+test (a check). The iterates, steps and results are the one-site loop's; only the
+passes differ, and the compile: two more copies of `mv`.
+
+`choose_layout` weighs the two: the inline layout where `runs` solves save more
+passes than its copies of `mv` cost to compile."""
+
+import functools as ft
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple, TYPE_CHECKING
+
+import equinox.internal as eqxi
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+from jaxtyping import Array, Bool, Inexact, Int
+
+from ..._compat import is_tracer
+from ...operators import AbstractDispatchOperator
+from ...policies import Auto, CostModel, machine_cost_model, mv_cost, observe
+from ...policies._dense import EXPLICIT_OPERATORS
+from ...policies._memory import array_bytes, itemsize, vector_bytes
+from ...policies.calls._keys import is_leaf_array
+from ...policies.decision._formulas import mv_compile, read_rate
+from .._prepare import expected_iterations
+from ._cg_modes import (
+    CHECK_PROGRESS,
+    CONVERGED,
+    CURVATURE_NEGATIVE,
+    CURVATURE_ZERO,
+    STAGNATED,
+    STEP,
+)
+from ._flat import dot, select
+from ._system import System, UPDATE_IN_COND
+
+
+if TYPE_CHECKING:
+    from ._cg import CG
+
+
+LAYOUTS = ("auto", "one_site", "inline")
+
+
+class InlineLoop(NamedTuple):
+    """The inline loop's state: iterate `y`, residual `r`, search direction `p`,
+    last update `diff`, `gamma = <M r, r>`, the step count, `mode` (`STEP` while
+    the loop goes on, else why it stopped) and `checked` (as in the one-site loop:
+    the stopping test's measure at the last failed test of a true residual from
+    the first failed check on, infinite before it)."""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    p: Inexact[Array, " n"]
+    diff: Inexact[Array, " n"]
+    gamma: Inexact[Array, ""]
+    step: Int[Array, ""]
+    mode: Int[Array, ""]
+    checked: Array
+
+
+class _Tested(NamedTuple):
+    """What `test_measure` reads."""
+
+    y: Array
+    r: Array
+    diff: Array
+    b_scale: Array
+
+
+def _updated(ok: Bool[Array, ""], r: Array, product: Array, alpha: Array) -> Array:
+    """`r - alpha A p` where the step was taken (`ok`), else `r`. From
+    `UPDATE_IN_COND` unknowns on in a `lax.cond`, which reads `A p` as computed:
+    as plain arithmetic, XLA:CPU fuses the operator's own operations into the
+    update and computes them a second time there (see `System.updated_residual`)."""
+    if r.size < UPDATE_IN_COND:
+        return r - select(ok, alpha, 0) * product
+    return lax.cond(ok, lambda r, w, a: r - a * w, lambda r, w, a: r, r, product, alpha)
+
+
+class _Inline(NamedTuple):
+    """What every step of the inline loop reads besides its state."""
+
+    solver: "CG"
+    system: System
+    precond: Callable[[Array], Array]
+    rcond: Any
+    b_scale: Array
+
+    def measure(self, y: Array, r: Array, diff: Array) -> Array:
+        return self.solver.test_measure(self.system, _Tested(y, r, diff, self.b_scale))
+
+    def true_residual(self, y, diff, r, m, recompute):
+        # Under `vmap` the branch runs where any vector of the batch needs it:
+        # the others keep their updated residual.
+        r = select(recompute, self.system.apply(y, jnp.array(True)), r)
+        return r, self.measure(y, r, diff)
+
+
+def _kept(y, diff, r, m, recompute):
+    return r, m
+
+
+def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
+    """The loop body: a step of CG, with `b - A y` where the step refreshes the
+    residual or checks it."""
+    solver = c.solver
+    _, product = c.system.apply_split(s.p, jnp.array(False))
+    curvature = dot(s.p, product)
+    threshold = 100 * c.rcond * jnp.abs(s.gamma)
+    ok = jnp.real(curvature) > threshold
+    negative = jnp.real(curvature) < -threshold
+    code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
+    alpha = s.gamma / select(ok, curvature, 1)
+    diff = select(ok, alpha * s.p, s.diff)
+    y = select(ok, s.y + diff, s.y)
+    r = _updated(ok, s.r, product, alpha)
+    m = c.measure(y, r, diff)
+    # A check where the updated residual passes the test; a refresh every
+    # `stabilise_every` steps. Either takes the true residual `b - A y`.
+    check = ok & (m <= 1) if solver.has_scale else jnp.array(False)
+    recompute = check
+    step = s.step + ok.astype(s.step.dtype)
+    if solver.stabilise_every is not None:
+        recompute = recompute | (ok & (lax.rem(step, solver.stabilise_every) == 0))
+    any_recompute = eqxi.nonbatchable(eqxi.unvmap_any(recompute))
+    r, m = lax.cond(any_recompute, c.true_residual, _kept, y, diff, r, m, recompute)
+    # As the one-site loop: the solve converges where a true residual passes the
+    # test; from the first failed check on, every true residual that fails it
+    # must have halved since the one before (else `stagnation`).
+    unconverged = ~(m <= 1) if solver.has_scale else jnp.array(True)
+    failed = recompute & unconverged & (check | jnp.isfinite(s.checked))
+    stagnated = failed & ~(m <= CHECK_PROGRESS * s.checked)
+    mode = select(recompute & ~unconverged, CONVERGED, STEP)
+    mode = select(ok, select(stagnated, STAGNATED, mode), code)
+    z = c.precond(r)
+    gamma = dot(z, r)
+    advance = mode == STEP
+    return InlineLoop(
+        y=y,
+        r=r,
+        p=select(advance, z + (gamma / s.gamma) * s.p, s.p),
+        diff=diff,
+        gamma=select(advance, gamma, s.gamma),
+        step=step,
+        mode=mode,
+        checked=select(failed, m.astype(s.checked.dtype), s.checked),
+    )
+
+
+def inline_solve(
+    solver: "CG",
+    system: System,
+    precond: Callable[[Array], Array],
+    y0: Array,
+    rcond: Any,
+    max_steps: int,
+) -> InlineLoop:
+    """Runs CG on the plain `system` (its right-hand side known) from `y0`.
+
+    **Arguments:**
+
+    - `solver`: the CG solver (tolerances, norm, `stabilise_every`).
+    - `system`: the system; `system.rhs` is not `None`.
+    - `precond`: the preconditioner as a function of flat vectors.
+    - `y0`: the flat initial estimate.
+    - `rcond`: the curvature's relative threshold, as the one-site loop's.
+    - `max_steps`: the bound on the steps.
+
+    **Returns:**
+
+    The loop's final state.
+    """
+    assert system.rhs is not None
+    b_scale, _ = system.scale_of_rhs(solver.b_scale, y0)
+    r0 = system.apply(y0, jnp.array(True))
+    z0 = precond(r0)
+    init = InlineLoop(
+        y=y0,
+        r=r0,
+        p=z0,
+        diff=jnp.full_like(y0, jnp.inf),
+        gamma=dot(z0, r0),
+        step=jnp.array(0),
+        mode=jnp.asarray(STEP),
+        checked=jnp.full((), jnp.inf, jnp.finfo(y0.dtype).dtype),
+    )
+
+    def continues(s: InlineLoop) -> Bool[Array, ""]:
+        return (s.mode == STEP) & (jnp.real(s.gamma) > 0) & (s.step < max_steps)
+
+    constants = _Inline(solver, system, precond, rcond, b_scale)
+    return lax.while_loop(continues, ft.partial(_inline_step, constants), init)
+
+
+def _constant_bytes(operator: lx.AbstractLinearOperator) -> int:
+    """Bytes of the arrays `operator` holds that are not traced: constants of the
+    program that every copy of its `mv` reads as such."""
+    leaves = jtu.tree_leaves(operator, is_leaf=is_leaf_array)
+    return sum(array_bytes(x) for x in leaves if is_leaf_array(x) and not is_tracer(x))
+
+
+def _copy_compile(operator: lx.AbstractLinearOperator, model: CostModel) -> float:
+    """Seconds to compile one more copy of `operator.mv`: its operations, and the
+    constants it holds (its untraced arrays, and those its function closes over);
+    infinite where that is not known without tracing a function of the user's
+    again (a lineax operator that holds one)."""
+    if isinstance(operator, lx.TaggedLinearOperator) and not isinstance(
+        operator, AbstractDispatchOperator
+    ):
+        return _copy_compile(operator.operator, model)
+    constants = _constant_bytes(operator)
+    if isinstance(operator, (lx.DiagonalLinearOperator, lx.IdentityLinearOperator)):
+        ops = model.compile_per_op
+    elif isinstance(operator, EXPLICIT_OPERATORS):
+        ops = model.matmul_site
+    elif not isinstance(operator, AbstractDispatchOperator):
+        return math.inf
+    else:
+        o = observe(operator, memory_budget=0)
+        ops = model.matmul_site if o.explicit else mv_compile(o, model)
+        constants += 0 if o.explicit else mv_cost(operator).constant_bytes
+    return ops + constants * model.compile_per_constant_byte
+
+
+def choose_layout(
+    solver: "CG",
+    operator: lx.AbstractLinearOperator,
+    prepared: lx.AbstractLinearOperator,
+    preconditioner: lx.AbstractLinearOperator | None,
+) -> str:
+    """CG's layout for a solve of `prepared` (the operator as its loop applies it;
+    `operator` as the user gave it, whose `Auto` policy holds the expected runs
+    and the cost model): `"inline"` where the passes it saves over `runs` solves
+    take longer than its two further copies of `mv` (and one of the
+    preconditioner's) take to compile, else `"one_site"`.
+
+    The passes saved: a refresh every `stabilise_every` of the solve's expected
+    steps (`expected_iterations`), and the final check; each costs the one-site
+    loop `refresh_pass` plus reading and writing its ten vectors. An operator that
+    is not `Auto` is taken to run as many times as `Auto`'s default.
+
+    **Returns:**
+
+    `"inline"` or `"one_site"`.
+    """
+    policy = getattr(operator, "policy", None)
+    if isinstance(policy, Auto):
+        runs, model = policy.runs, policy.model()
+    else:
+        runs, model = Auto().runs, machine_cost_model()
+    compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
+    if preconditioner is not None:
+        compile_s += _copy_compile(preconditioner, model)
+    if not math.isfinite(compile_s):
+        return "one_site"
+    n = prepared.in_size()
+    steps = expected_iterations(solver.max_steps, n)
+    passes = int(solver.has_scale)
+    if solver.stabilise_every is not None:
+        passes += steps // solver.stabilise_every
+    vectors = 10 * vector_bytes(n, itemsize(prepared))
+    saved = passes * (model.refresh_pass + vectors / read_rate(vectors, model))
+    return "inline" if runs * saved > compile_s else "one_site"

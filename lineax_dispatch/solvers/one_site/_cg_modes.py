@@ -1,0 +1,26 @@
+"""The values of CG's `mode`, shared by its two loops (`_cg.py`, `_cg_inline.py`).
+
+The one-site loop's `mode` says what its next pass does: an ordinary step
+(`STEP`), a residual pass (`RESIDUAL`: the first and every refresh) or a check
+(`CHECK`: a residual pass after a step whose updated residual passed the test).
+Negative, it says why either loop stopped: the last `p^T A p` was negative (the
+operator is not definite: `breakdown`) or too small (`singular`), a true residual
+that failed the test after a failed check had not halved since the failed test
+before (`stagnation`), or a true residual passed the test (converged). One value
+rather than flags and a code, the passes to come positive so that `mode > STEP`
+is the one comparison that says a pass is a residual pass: XLA:CPU compiles each
+scalar the loop computes apart as a kernel of its own, at 2-4 ms of compile
+each."""
+
+import numpy as np
+
+
+STEP, RESIDUAL, CHECK = np.int32(0), np.int32(1), np.int32(2)
+
+CURVATURE_NEGATIVE, CURVATURE_ZERO, STAGNATED, CONVERGED = (
+    np.int32(c) for c in range(-1, -5, -1)
+)
+
+# After a failed check, a true residual that fails the test stops the solve unless
+# it is at most this fraction of that at the failed test before.
+CHECK_PROGRESS = 0.5

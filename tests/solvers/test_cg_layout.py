@@ -1,0 +1,156 @@
+"""CG's two layouts: the one-site loop and the inline layout (`mv` where lineax's
+CG writes it), the same iterates in either, and `layout="auto"`'s choice between
+them. (Both layouts also run the solver suites: `cg` and `cg-inline` in
+helpers/solver_problems.py.)"""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import pytest
+
+import lineax_dispatch as lxd
+
+
+_PSD = lx.positive_semidefinite_tag
+LAYOUTS = ("one_site", "inline")
+
+
+def _stencil(x):
+    return 2.05 * x - jnp.roll(x, 1) - jnp.roll(x, -1)
+
+
+def _operator(n, policy, dtype=jnp.float32):
+    structure = jax.ShapeDtypeStruct((n,), dtype)
+    return lxd.FunctionLinearOperator(_stencil, structure, _PSD, policy=policy)
+
+
+def _layout(solver, operator, options=None):
+    """The layout `solver.init` chose for a solve of `operator`."""
+    return solver.init(operator, options or {})[2].value
+
+
+def _auto(runs):
+    return lxd.Auto(runs=runs, cost_model=lxd.CostModel())
+
+
+def test_auto_keeps_one_site_where_the_copies_cost_more_than_the_runs_save():
+    solver = lxd.CG(1e-5, 1e-5)
+    # A program run once, or a small system: the two further copies of `mv`
+    # are not repaid.
+    assert _layout(solver, _operator(4096, _auto(1))) == "one_site"
+    assert _layout(solver, _operator(64, _auto(100))) == "one_site"
+    # A dense matrix's copies cost a matrix-vector product each to compile.
+    matrix = lxd.MatrixLinearOperator(jnp.eye(256), _PSD, policy=_auto(100))
+    assert _layout(solver, matrix) == "one_site"
+
+
+def test_auto_takes_the_inline_layout_where_many_runs_repay_its_copies():
+    solver = lxd.CG(1e-5, 1e-5)
+    assert _layout(solver, _operator(4096, _auto(10_000))) == "inline"
+    assert _layout(solver, _operator(64, _auto(10**7))) == "inline"
+    matrix = lxd.MatrixLinearOperator(jnp.eye(256), _PSD, policy=_auto(10**7))
+    assert _layout(solver, matrix) == "inline"
+    # Without refreshes or a stopping test, nothing is saved.
+    never = lxd.CG(0.0, 0.0, stabilise_every=None, max_steps=50)
+    assert _layout(never, _operator(4096, _auto(10**7))) == "one_site"
+    # A preconditioner's copy counts too, and one that is a lineax operator
+    # holding a function of the user's is not traced again to cost it.
+    diagonal = lx.TaggedLinearOperator(
+        lx.DiagonalLinearOperator(jnp.ones(4096, jnp.float32)), _PSD
+    )
+    operator = _operator(4096, _auto(10_000))
+    assert _layout(solver, operator, {"preconditioner": diagonal}) == "inline"
+    function = lx.FunctionLinearOperator(
+        lambda x: x, jax.ShapeDtypeStruct((4096,), jnp.float32), _PSD
+    )
+    assert _layout(solver, operator, {"preconditioner": function}) == "one_site"
+
+
+def test_auto_keeps_a_plain_lineax_function_operator_on_one_site():
+    # Its cost is not known without tracing the user's function again.
+    structure = jax.ShapeDtypeStruct((4096,), jnp.float32)
+    plain = lx.FunctionLinearOperator(_stencil, structure, _PSD)
+    assert _layout(lxd.CG(1e-5, 1e-5), plain) == "one_site"
+
+
+def test_a_layout_given_is_kept():
+    for layout in ("one_site", "inline"):
+        solver = lxd.CG(1e-5, 1e-5, layout=layout)
+        assert _layout(solver, _operator(64, _auto(1))) == layout
+        assert _layout(solver, _operator(4096, _auto(10**7))) == layout
+
+
+def test_a_bad_layout_is_an_error_naming_the_argument():
+    with pytest.raises(ValueError, match=r"CG\(\.\.\., layout=\.\.\.\).*'sideways'"):
+        lxd.CG(1e-5, 1e-5, layout="sideways")
+
+
+def _sites(layout):
+    """The dot products of the `mv` of a dense matrix in the lowered solve."""
+    operator = lxd.MatrixLinearOperator(jnp.eye(8) * 2.0, _PSD, policy=lxd.Lazy())
+    solver = lxd.CG(1e-6, 1e-6, layout=layout)
+    solve = jax.jit(lambda b: lx.linear_solve(operator, b, solver).value)
+    return solve.lower(jnp.ones(8)).as_text().count("dot_general")
+
+
+def test_the_inline_layout_writes_mv_where_lineax_does():
+    # One `mv` and two inner products in the one-site loop; three `mv`s and
+    # three inner products (one for the initial residual) in the inline layout.
+    assert _sites("one_site") == 3
+    assert _sites("inline") == 6
+
+
+@pytest.mark.parametrize("stabilise_every", [1, 3, None])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex128])
+def test_both_layouts_take_the_same_steps_to_the_same_solution(dtype, stabilise_every):
+    n = 48
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((n, n))
+    if dtype == jnp.complex128:
+        m = m + 1j * rng.standard_normal((n, n))
+    a = jnp.asarray(m @ m.conj().T / n + 0.2 * np.eye(n), dtype)
+    b = jnp.asarray(rng.standard_normal(n), dtype)
+    operator = lxd.MatrixLinearOperator(a, _PSD, policy=lxd.Lazy())
+    tol = 1e-5 if dtype == jnp.float32 else 1e-10
+
+    def solve(layout, b):
+        solver = lxd.CG(tol, tol, stabilise_every=stabilise_every, layout=layout)
+        sol = lx.linear_solve(operator, b, solver, throw=False)
+        return sol.value, sol.stats["num_steps"], sol.result._value
+
+    one, inline = (jax.jit(lambda b, k=k: solve(k, b))(b) for k in LAYOUTS)
+    assert int(one[2]) == int(inline[2]) == 0
+    assert int(one[1]) == int(inline[1])
+    np.testing.assert_allclose(inline[0], one[0], rtol=1e-4 if tol > 1e-6 else 1e-9)
+    # Batched: a refresh or check that one vector needs runs for the whole batch,
+    # the others keeping their updated residual. (Batched inner products round
+    # apart from single ones: the steps may differ from the unbatched solves by
+    # one or two, as the one-site loop's do.)
+    bs = jnp.stack([b, jnp.roll(b, 5), 3 * b])
+    batched = {k: jax.jit(jax.vmap(lambda b, k=k: solve(k, b)))(bs) for k in LAYOUTS}
+    for k in LAYOUTS:
+        values, steps, results = batched[k]
+        assert np.all(np.asarray(results) == 0), k
+        residual = np.abs(np.asarray(jax.vmap(lambda x: a @ x)(values) - bs))
+        assert np.all(residual <= 3 * (tol + tol * np.abs(np.asarray(bs)))), k
+        assert np.all(np.abs(np.asarray(steps) - int(one[1])) <= 3), k
+
+
+def test_constants_of_the_program_make_each_copy_dearer():
+    # The same matrix closed over by the program (a constant that each copy of
+    # `mv` holds) or taken as an argument (traced).
+    model = lxd.CostModel(compile_per_constant_byte=1.0)
+    policy = lxd.Auto(runs=10**7, cost_model=model)
+    a = jnp.eye(64)
+    solver = lxd.CG(1e-5, 1e-5)
+    closed = lxd.MatrixLinearOperator(a, _PSD, policy=policy)
+    assert _layout(solver, closed) == "one_site"
+    seen = []
+
+    def traced(a):
+        seen.append(_layout(solver, lxd.MatrixLinearOperator(a, _PSD, policy=policy)))
+        return a
+
+    jax.eval_shape(traced, a)
+    assert seen == ["inline"]
