@@ -64,6 +64,8 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     single application slot whose input is chosen by data on the loop's phase, so
     the initial residual and any residual refresh go through the same slot as the
     iteration itself. An expensive `mv` is therefore traced and compiled once.
+    (CG also has an inline layout, with lineax's three sites, which it takes
+    where a copy of `mv` is cheap to compile: see [`lineax_dispatch.CG`][].)
 
     Subclasses declare `rtol`, `atol`, `norm` and `max_steps` as lineax's solvers
     do (same names, order and defaults), call `self.prepare(operator)` in `init`
