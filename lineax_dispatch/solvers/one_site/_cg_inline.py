@@ -258,16 +258,16 @@ def choose_layout(
         runs, model = policy.runs, policy.model()
     else:
         runs, model = Auto().runs, machine_cost_model()
-    compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
-    if preconditioner is not None:
-        compile_s += _copy_compile(preconditioner, model)
-    if not math.isfinite(compile_s):
-        return "one_site"
     n = prepared.in_size()
     steps = expected_iterations(solver.max_steps, n)
     passes = int(solver.has_scale)
     if solver.stabilise_every is not None:
         passes += steps // solver.stabilise_every
     vectors = 10 * vector_bytes(n, itemsize(prepared))
-    saved = passes * (model.refresh_pass + vectors / read_rate(vectors, model))
-    return "inline" if runs * saved > compile_s else "one_site"
+    saved = runs * passes * (model.refresh_pass + vectors / read_rate(vectors, model))
+    if saved <= model.inline_compile:  # (no need to cost the copies)
+        return "one_site"
+    compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
+    if preconditioner is not None:
+        compile_s += _copy_compile(preconditioner, model)
+    return "inline" if saved > compile_s else "one_site"
