@@ -19,15 +19,17 @@ side; ours carries `policy=lxd.Lazy()` so that both programs apply the same `mv`
 inline. Ours runs in two layouts: `lxd.CG`'s default (`layout="auto"`, which
 decides for `Auto`'s default of 100 runs: the layout it took is reported) and
 `layout="inline"` (`mv` where lineax's CG writes it: what `"auto"` takes for a
-solve run often enough). Reported per case: the steps each took (equal but for
-rounding), the median of `--calls` calls of each compiled program (interleaved),
-the ratio of each of ours to lineax (target for repeated solves: at most 1.05x),
+solve run often enough), the latter also under `lxd.jit` (its call from Python
+included). Reported per case: the steps each took (equal but for
+rounding), the median of `--calls` calls of each compiled program (interleaved: a round
+calls each once, in turn), the median over the rounds of each of ours' ratio to
+lineax (target for repeated solves: at most 1.05x),
 and the median first call of `--rounds` fresh programs of each.
 
 How to run
 ----------
 
-    python -m benchmarks.steady           # every case, 41 calls, 5 fresh programs
+    python -m benchmarks.steady           # every case, 101 calls, 5 fresh programs
     python -m benchmarks.steady --quick   # n <= 1024, 11 calls, 1 program
 
 Results: `benchmarks/results/steady.json` and `.png`.
@@ -46,7 +48,7 @@ import lineax_dispatch as lxd
 from . import harness
 
 
-FULL = dict(calls=41, rounds=5, max_n=16384)
+FULL = dict(calls=101, rounds=5, max_n=16384)
 QUICK = dict(calls=11, rounds=1, max_n=1024)
 CASES = (
     ("stencil2d", 1024),
@@ -57,7 +59,7 @@ CASES = (
     ("dense", 64),
     ("dense", 1024),
 )
-SIDES = ("lineax", "ours", "ours inline")
+SIDES = ("lineax", "ours", "ours inline", "ours inline, lxd.jit")
 TARGET = 1.05
 
 
@@ -89,14 +91,14 @@ def program(shape: str, n: int, side: str) -> Callable:
         operator_function(shape, n), structure, lx.positive_semidefinite_tag, **extra
     )
     solver = module.CG(rtol=1e-5, atol=1e-5, max_steps=10 * n)
-    if side == "ours inline":
+    if side.startswith("ours inline"):
         solver = lxd.CG(rtol=1e-5, atol=1e-5, max_steps=10 * n, layout="inline")
 
     def solve(b):
         sol = lx.linear_solve(op, b, solver, throw=False)
         return sol.value, sol.stats["num_steps"]
 
-    return jax.jit(solve)
+    return (lxd.jit if side.endswith("lxd.jit") else jax.jit)(solve)
 
 
 def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
@@ -127,7 +129,15 @@ def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
         steps=steps,
         run_s=run,
         first_call_s=first_call,
-        run_ratio={side: run[side] / run["lineax"] for side in ours},
+        # The median over the rounds of each round's ratio (each side called
+        # once a round, in turn): steadier than the ratio of the medians where
+        # the machine's speed drifts during the case.
+        run_ratio={
+            side: statistics.median(
+                a / c for a, c in zip(times[side], times["lineax"], strict=True)
+            )
+            for side in ours
+        },
         first_ratio={side: first_call[side] / first_call["lineax"] for side in ours},
         rel_diff={
             side: float(
@@ -159,6 +169,7 @@ def report(rows: list[dict]) -> None:
         "ours (auto: layout)",
         "ours/lineax",
         "inline/lineax",
+        "inline, lxd.jit",
         "first call ours, inline",
     ]
     table = [
@@ -169,6 +180,7 @@ def report(rows: list[dict]) -> None:
             f"{1e6 * r['run_s']['ours']:.0f} us ({r['layout']})",
             _ratio(r["run_ratio"]["ours"]),
             _ratio(r["run_ratio"]["ours inline"]),
+            _ratio(r["run_ratio"]["ours inline, lxd.jit"]),
             f"{r['first_ratio']['ours']:.3f}, {r['first_ratio']['ours inline']:.3f}",
         ]
         for r in rows
@@ -188,14 +200,15 @@ def plot(rows: list[dict], path) -> None:
     bars = (
         ("ours", "run", "run_ratio"),
         ("ours inline", "run", "run_ratio"),
+        ("ours inline, lxd.jit", "run", "run_ratio"),
         ("ours", "first call", "first_ratio"),
         ("ours inline", "first call", "first_ratio"),
     )
     for i, (side, what, key) in enumerate(bars):
         ax.bar(
-            x + 0.2 * (i - 1.5),
+            x + 0.16 * (i - 2),
             [r[key][side] for r in rows],
-            0.2,
+            0.16,
             label=f"{side}, {what}",
         )
     ax.axhline(TARGET, color="grey", linestyle=":", label=f"target {TARGET}x")

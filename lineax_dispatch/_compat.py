@@ -384,3 +384,16 @@ def live_equations(jaxpr: Any) -> Any:
 # `linear_solve`), from `lineax.internal`; not `jax.extend.core.primitives.
 # linear_solve_p`, which is JAX's `custom_linear_solve`, another primitive.
 linear_solve_p: Any = lx.internal.linear_solve_p
+
+
+def calls_back_to_host(compiled: Any) -> bool:
+    """Whether a `jax.stages.Compiled` program calls back to the host (an
+    `equinox.error_if`, a `jax.pure_callback`) or has effects: then JAX calls it
+    from Python, and a call may raise a run-time error. Read from its executable's
+    call (`ExecuteReplicated`, as `create_cpp_call` reads it); true where that is
+    not found."""
+    call = getattr(getattr(compiled, "_executable", None), "unsafe_call", None)
+    return any(
+        getattr(call, name, True)
+        for name in ("has_host_callbacks", "has_unordered_effects", "ordered_effects")
+    )

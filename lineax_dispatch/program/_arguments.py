@@ -228,14 +228,19 @@ class OutputBox:
     def __init__(self):
         self.static: Any = None
         self.filled = False
+        self._arrays_only = False
 
     def store(self, out: Any) -> Any:
         out = jtu.tree_map(_number_as_array, out)
         dynamic, static = eqx.partition(out, eqx.is_array)
         self.static, self.filled = static, True
+        # (Every output an array: nothing to put back, at each call.)
+        self._arrays_only = not jtu.tree_leaves(static)
         return dynamic
 
     def combine(self, dynamic: Any) -> Any:
+        if self._arrays_only:
+            return dynamic
         return eqx.combine(dynamic, self.static)
 
 

@@ -9,6 +9,7 @@ import jax.extend.core as jex
 import jax.tree_util as jtu
 
 from .._compat import (
+    calls_back_to_host,
     is_tracer,
     root_trace_ref,
     traced_consts,
@@ -83,6 +84,7 @@ class Program:
         self.consts = traced_consts(traced)
         self.jaxprs: dict[str, jex.ClosedJaxpr] = {}
         self._compiled = None
+        self._callbacks = True
         self._under_trace = None
 
     def jaxpr(self, loop: str) -> jex.ClosedJaxpr:
@@ -118,7 +120,16 @@ class Program:
             return self._under_trace(*args, **kwargs)
         if self._compiled is None:
             self._compiled = self.lower(*args, **kwargs).compile()
+            self._callbacks = calls_back_to_host(self._compiled)
         return self._compiled(*args, **kwargs)
+
+    @property
+    def plain(self) -> bool:
+        """Whether a call can go straight to the compiled program, as `jax.jit`'s
+        does: compiled, and with no host callback in it (an `equinox.error_if`, an
+        outlined call on jax < 0.11), so no run-time error for `lxd.jit` to wait
+        for and raise as `equinox.filter_jit` does."""
+        return self._compiled is not None and not self._callbacks
 
 
 def compile_program(

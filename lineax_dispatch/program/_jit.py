@@ -11,7 +11,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from .._compat import is_tracer
+from .._compat import is_tracer, root_trace_ref
 from ..policies.calls._session import current_session
 from ..policies.decision._records import Decision
 from . import _compiled, _trace
@@ -88,8 +88,7 @@ class CompileAware:
                 self._compiled[split.key] = entry
         return entry
 
-    def _run(self, method: str, args, kwargs):
-        split = self.split(args, kwargs)
+    def _run(self, method: str, split: Arguments):
         entry = self.compiled(split)
         outer = current_session()
         if outer is not None:  # called in another `lxd.jit`'s trace
@@ -105,13 +104,24 @@ class CompileAware:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
+        split = self.split(args, kwargs)
+        entry = self._compiled.get(split.key)
+        if (
+            entry is not None
+            and entry.program.plain
+            and root_trace_ref() is None
+            and current_session() is None
+        ):
+            # Compiled, with no host callback: no run-time error to wait for.
+            out = entry.program(*split.dynamic_args, **split.dynamic_kwargs)
+            return entry.box.combine(out)
         # What `equinox.error_if` records, at trace time, as the start of the
         # program's stack: its run-time errors are raised as `equinox.filter_jit`
         # raises them, an `EquinoxRuntimeError` with their message.
         __equinox_jit_id__ = new_jit_id()
         try:
             with readable_errors(__equinox_jit_id__, _HIDDEN):
-                return self._run("__call__", args, kwargs)
+                return self._run("__call__", split)
         except eqx.EquinoxRuntimeError as e:
             e.__traceback__ = None  # as `equinox.filter_jit`: no frames of ours
             raise
@@ -136,7 +146,7 @@ class CompileAware:
 
         A `jax.stages.Lowered`; `.compile()` compiles it.
         """
-        return self._run("lower", args, kwargs)
+        return self._run("lower", self.split(args, kwargs))
 
 
 def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
@@ -186,7 +196,10 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     A callable with `fun`'s signature, returning what `jax.jit(fun)` returns
     (Python and NumPy numbers in the output as arrays; leaves `jax.jit` rejects,
     such as strings, as they are); `.lower(*args)` lowers it and
-    `.decisions(*args)` returns the decisions made for those arguments.
+    `.decisions(*args)` returns the decisions made for those arguments. A program
+    with host callbacks (an `equinox.error_if`, lineax's `throw=True`) is waited
+    for, and its run-time errors raised as `equinox.filter_jit` raises them; one
+    without is called as `jax.jit` calls it, its output not waited for.
 
     !!! Example
 

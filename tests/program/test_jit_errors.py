@@ -224,3 +224,27 @@ def test_eqx_on_error_is_equinox_s(mode):
     assert lines[-2:] == ["filter_jit [nan nan]", "jit [nan nan]"], done.stdout
     if mode == "breakpoint":
         assert done.stdout.count("x must be non-positive") == 2, done.stdout
+
+
+def _plain(jitted, *args) -> bool:
+    """Whether `jitted`'s program for `args` is called straight, as `jax.jit`'s."""
+    jitted(*args)
+    return jitted.compiled(jitted.split(args, {})).program.plain
+
+
+def test_only_programs_that_call_back_are_waited_for():
+    # A program with no host callback cannot raise at run time: it is called as
+    # `jax.jit` calls it, its output not waited for. One with an `eqx.error_if`
+    # (lineax's `throw=True`) is waited for, its errors raised readably (above).
+    x = -jnp.ones(N)
+    assert _plain(lxd.jit(lambda x: 2 * x), x)
+    assert not _plain(lxd.jit(_check), x)
+    op = lxd.MatrixLinearOperator(_spd(N), lx.positive_semidefinite_tag)
+    for throw in (False, True):
+        jitted = lxd.jit(
+            lambda b, throw=throw: (
+                lx.linear_solve(op, b, lxd.CG(1e-6, 1e-6), throw=throw).value
+            )
+        )
+        assert _plain(jitted, x) is not throw
+        np.testing.assert_allclose(jitted(x), x / jnp.arange(1.0, N + 1.0), rtol=1e-6)
