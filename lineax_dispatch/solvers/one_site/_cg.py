@@ -16,10 +16,10 @@ from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_
 from ._cg_inline import choose_layout, inline_solve, InlineLoop, LAYOUTS
 from ._cg_modes import (
     CHECK,
-    CHECK_PROGRESS,
     CONVERGED,
     CURVATURE_NEGATIVE,
     CURVATURE_ZERO,
+    failed_tests,
     RESIDUAL,
     STAGNATED,
     STEP,
@@ -316,8 +316,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # test (a check or a refresh) must have halved the true residual since
         # the one before, or the loop stops (`stagnation`).
         check = step_taken & ~unconverged
-        failed = unconverged & ((s.mode == CHECK) | (pending & jnp.isfinite(s.checked)))
-        stagnated = failed & ~(measure <= CHECK_PROGRESS * s.checked)
+        failed, stagnated = failed_tests(
+            pending, s.mode == CHECK, unconverged, measure, s.checked
+        )
         refresh = outcome.refresh
         next_pass = select(check, CHECK, select(refresh, RESIDUAL, STEP))
         next_pass = select(pending & ~unconverged, CONVERGED, next_pass)

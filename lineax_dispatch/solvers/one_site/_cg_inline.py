@@ -33,10 +33,10 @@ from ...policies.calls._keys import is_leaf_array
 from ...policies.decision._formulas import mv_compile, read_rate
 from .._prepare import expected_iterations
 from ._cg_modes import (
-    CHECK_PROGRESS,
     CONVERGED,
     CURVATURE_NEGATIVE,
     CURVATURE_ZERO,
+    failed_tests,
     STAGNATED,
     STEP,
 )
@@ -138,8 +138,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     # test; from the first failed check on, every true residual that fails it
     # must have halved since the one before (else `stagnation`).
     unconverged = ~(m <= 1) if solver.has_scale else jnp.array(True)
-    failed = recompute & unconverged & (check | jnp.isfinite(s.checked))
-    stagnated = failed & ~(m <= CHECK_PROGRESS * s.checked)
+    failed, stagnated = failed_tests(recompute, check, unconverged, m, s.checked)
     mode = select(recompute & ~unconverged, CONVERGED, STEP)
     mode = select(ok, select(stagnated, STAGNATED, mode), code)
     z = c.precond(r)

@@ -12,7 +12,9 @@ is the one comparison that says a pass is a residual pass: XLA:CPU compiles each
 scalar the loop computes apart as a kernel of its own, at 2-4 ms of compile
 each."""
 
+import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Bool
 
 
 STEP, RESIDUAL, CHECK = np.int32(0), np.int32(1), np.int32(2)
@@ -24,3 +26,32 @@ CURVATURE_NEGATIVE, CURVATURE_ZERO, STAGNATED, CONVERGED = (
 # After a failed check, a true residual that fails the test stops the solve unless
 # it is at most this fraction of that at the failed test before.
 CHECK_PROGRESS = 0.5
+
+
+def failed_tests(
+    tested: Bool[Array, ""],
+    check: Bool[Array, ""],
+    unconverged: Bool[Array, ""],
+    measure: Array,
+    checked: Array,
+) -> tuple[Bool[Array, ""], Bool[Array, ""]]:
+    """The stagnation rule, after a test of the stopping measure: from the first
+    failed check on, every test of a true residual that fails must find it at
+    most `CHECK_PROGRESS` times the one before, or the solve stops.
+
+    **Arguments:**
+
+    - `tested`: whether the measure is that of a true residual `b - A y`.
+    - `check`: whether that test is a check (the updated residual had passed).
+    - `unconverged`: whether the measure failed the test.
+    - `measure`: the measure.
+    - `checked`: the measure at the last failed test from the first failed check
+        on (infinite before it).
+
+    **Returns:**
+
+    `(failed, stagnated)`: whether the test failed and `checked` records it, and
+    whether the solve stops with `stagnation`.
+    """
+    failed = tested & unconverged & (check | jnp.isfinite(checked))
+    return failed, failed & ~(measure <= CHECK_PROGRESS * checked)
