@@ -35,6 +35,7 @@ _SQUARE = _SPD + textwrap.dedent(
     """
     solvers = {
         "CG": lxd.CG(1e-10, 1e-10),
+        "CG-inline": lxd.CG(1e-10, 1e-10, layout="inline"),
         "GMRES": lxd.GMRES(1e-10, 1e-10),
         "BiCGStab": lxd.BiCGStab(1e-10, 1e-10),
         "MINRES": lxd.MINRES(1e-10, 1e-10),
@@ -313,7 +314,7 @@ def _run(script: str) -> str:
 
 def test_every_solver_on_explicit_and_auto_meshes():
     out = _run(_SQUARE)
-    assert "OK 60" in out
+    assert "OK 72" in out
 
 
 def test_matrix_free_gradients_least_squares_and_per_device_memory():
