@@ -158,7 +158,7 @@ def chosen_layout(shape: str, n: int) -> str:
         lx.positive_semidefinite_tag,
         policy=lxd.Lazy(),
     )
-    return lxd.CG(rtol=1e-5, atol=1e-5, max_steps=10 * n).init(op, {})[2].value
+    return lxd.CG(rtol=1e-5, atol=1e-5, max_steps=10 * n).init(op, {})[2].value[0]
 
 
 def report(rows: list[dict]) -> None:

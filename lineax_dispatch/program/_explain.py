@@ -100,7 +100,7 @@ class ExplainReport(eqx.Module):
         if not self.rows:
             lines.append("(no operator with an Auto policy had its mv applied)")
         if self.solves:
-            lines.append("linear solves (lxd.AutoSolver):")
+            lines.append("solver choices (lxd.AutoSolver; lxd.CG's layout):")
         for choice in self.solves:
             lines.append(
                 f"  {choice.operator} {choice.size} -> {choice.solver}: "
@@ -123,7 +123,8 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
     site was traced, as `file:line (source)`), `executions` (expected runs of `mv`
     per run of the program), `mv_flops`, `memory_needed` and `memory_budget` (bytes)
     and `decision` (a [`lineax_dispatch.Decision`][]).
-- `solves`: the choices of every `lxd.AutoSolver` in the program, each a
+- `solves`: the choices of every `lxd.AutoSolver` in the program, and the
+    layout of every `lxd.CG` with `layout="auto"`, each a
     `lineax_dispatch.policies.SolverChoice` (`operator`, `size`, `solver`, `reasons`,
     `cost_model`).
 - `cost_models`: where the constants of the rows' decisions came from, one entry

@@ -27,7 +27,7 @@ def _operator(n, policy, dtype=jnp.float32):
 
 def _layout(solver, operator, options=None):
     """The layout `solver.init` chose for a solve of `operator`."""
-    return solver.init(operator, options or {})[2].value
+    return solver.init(operator, options or {})[2].value[0]
 
 
 def _auto(runs):
@@ -154,3 +154,22 @@ def test_constants_of_the_program_make_each_copy_dearer():
 
     jax.eval_shape(traced, a)
     assert seen == ["inline"]
+
+
+def test_explain_reports_the_layout_taken_and_why():
+    b = jnp.ones(4096, jnp.float32)
+
+    def solves(policy, layout="auto"):
+        operator = _operator(4096, policy)
+        solver = lxd.CG(1e-5, 1e-5, layout=layout)
+        report = lxd.explain(lambda b: lx.linear_solve(operator, b, solver).value, b)
+        return [(s.solver, s.size) for s in report.solves], str(report)
+
+    taken, text = solves(_auto(10**7))
+    assert taken == [("CG (inline layout)", "4096x4096")]
+    assert "over 1e+07 runs" in text and ": inline." in text
+    taken, text = solves(_auto(1))
+    assert taken == [("CG (one-site layout)", "4096x4096")]
+    assert "less than its fixed compile" in text
+    # A layout given is no choice.
+    assert solves(_auto(10**7), "one_site")[0] == []

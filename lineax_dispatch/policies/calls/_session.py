@@ -73,14 +73,16 @@ class SolveRecord:
 
 
 class SolverChoice(eqx.Module):
-    """What an `lxd.AutoSolver` chose for one solve, in an
-    [`lineax_dispatch.ExplainReport`][]'s `solves`.
+    """What an `lxd.AutoSolver` chose for one solve (or the layout an `lxd.CG`
+    with `layout="auto"` took), in an [`lineax_dispatch.ExplainReport`][]'s
+    `solves`.
 
     **Arguments:** (each is also the attribute of that name)
 
     - `operator`: the operator's class name.
     - `size`: `"out x in"`.
-    - `solver`: the chosen lineax solver's class name.
+    - `solver`: the chosen lineax solver's class name (for CG's layout,
+        `"CG (inline layout)"` or `"CG (one-site layout)"`).
     - `reasons`: sentences explaining the choice.
     - `cost_model`: where the estimates' constants came from (the cost model's
         `source`).

@@ -12,6 +12,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
+from ...policies._pinned import ChoiceRef
+from ...policies.calls._session import record_solver_choice
 from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
 from ._cg_inline import choose_layout, inline_solve, InlineLoop, LAYOUTS
 from ._cg_modes import (
@@ -169,19 +171,29 @@ class CG(AbstractOneSiteSolver[_CGState]):
         if is_nsd:
             operator = -operator
         prepared = keep_linearise(self.prepare(operator))
-        layout = self.layout
+        layout, choice = self.layout, None
         if layout == "auto":
             preconditioner = options.get("preconditioner")
-            layout = choose_layout(self, given, prepared, preconditioner)
-        return prepared, eqxi.Static(is_nsd), eqxi.Static(layout)
+            layout, reasons, source = choose_layout(
+                self, given, prepared, preconditioner
+            )
+            # For `lxd.explain`, carried by the state as `AutoSolver`'s choice is.
+            choice = record_solver_choice(
+                type(given).__name__,
+                f"{given.out_size()}x{given.in_size()}",
+                f"CG ({layout.replace('_', '-')} layout)",
+                reasons,
+                source,
+            )
+        return prepared, eqxi.Static(is_nsd), eqxi.Static((layout, ChoiceRef(choice)))
 
     def compute(
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
         operator, is_nsd, layout = state
         solver = self
-        if layout.value != self.layout:
-            solver = eqx.tree_at(lambda s: s.layout, self, layout.value)
+        if layout.value[0] != self.layout:
+            solver = eqx.tree_at(lambda s: s.layout, self, layout.value[0])
         y, result, stats, flat = solver.solve_square(operator, vector, options)
         if is_nsd.value:
             y = -y

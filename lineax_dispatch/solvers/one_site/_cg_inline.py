@@ -236,7 +236,7 @@ def choose_layout(
     operator: lx.AbstractLinearOperator,
     prepared: lx.AbstractLinearOperator,
     preconditioner: lx.AbstractLinearOperator | None,
-) -> str:
+) -> tuple[str, tuple[str, ...], str]:
     """CG's layout for a solve of `prepared` (the operator as its loop applies it;
     `operator` as the user gave it, whose `Auto` policy holds the expected runs
     and the cost model): `"inline"` where the passes it saves over `runs` solves
@@ -250,7 +250,8 @@ def choose_layout(
 
     **Returns:**
 
-    `"inline"` or `"one_site"`.
+    `(layout, reasons, source)`: `"inline"` or `"one_site"`, sentences explaining
+    it, and where the cost model's constants came from.
     """
     policy = getattr(operator, "policy", None)
     if isinstance(policy, Auto):
@@ -264,9 +265,28 @@ def choose_layout(
         passes += steps // solver.stabilise_every
     vectors = 10 * vector_bytes(n, itemsize(prepared))
     saved = runs * passes * (model.refresh_pass + vectors / read_rate(vectors, model))
+    saving = (
+        f"The inline layout would save {passes} passes a solve (~{steps} steps "
+        f"expected), ~{saved:.3g} s over {runs:g} runs"
+    )
     if saved <= model.inline_compile:  # (no need to cost the copies)
-        return "one_site"
+        reason = (
+            f"{saving}: less than its fixed compile (~{model.inline_compile:.3g} s)."
+        )
+        return "one_site", (reason,), model.source
     compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
     if preconditioner is not None:
         compile_s += _copy_compile(preconditioner, model)
-    return "inline" if saved > compile_s else "one_site"
+    if not math.isfinite(compile_s):
+        reason = (
+            f"{saving}; the compile time of its copies is not known without "
+            "tracing a function of the user's again (a lineax operator that holds "
+            "one): one site."
+        )
+        return "one_site", (reason,), model.source
+    layout = "inline" if saved > compile_s else "one_site"
+    reason = (
+        f"{saving}; its further copies of `mv` cost ~{compile_s:.3g} s to compile: "
+        f"{'inline' if layout == 'inline' else 'one site'}."
+    )
+    return layout, (reason,), model.source
