@@ -16,7 +16,7 @@ from ..policies._outline import Outline
 from ..policies._roll import Roll
 from ..policies.calls._keys import is_leaf_array
 from ..policies.calls._marked import MARKED_NAME
-from ..policies.calls._session import AutoRecord, Session, SolveRecord
+from ..policies.calls._session import AutoRecord, LAYOUT_HINT, Session, SolveRecord
 from ..policies.calls._sites import equation_site
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._decide import cheapest, decide
@@ -24,7 +24,7 @@ from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
 from .analyse._groups import AutoGroup, find_groups, Group, same_arrays, substantial
 from .analyse._roll_plan import plan_roll
-from .analyse._solves import rolling_pays
+from .analyse._solves import carried_layouts, rolling_pays
 from .analyse._stack_plan import plan_stack
 
 
@@ -242,4 +242,30 @@ def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
         )
         if isinstance(shared.policy, Materialise):
             hints[(record.site, record.key)] = k
+    return hints
+
+
+def layout_hints(jaxpr: Any, retrace_s: float) -> dict[tuple, float]:
+    """The CG solves of a traced program (with `layout="auto"`) that should be
+    decided again for the trips of the loops around them: `(user line, (LAYOUT_HINT,
+    operator key)) -> runs per run of the program`, for those that kept one site
+    and would take the inline layout counting those runs, by more than a second
+    trace of the program costs.
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+    - `retrace_s`: seconds the first trace took (what a second costs).
+
+    **Returns:**
+
+    A dict, empty when no solve's layout changes.
+    """
+    hints: dict[tuple, float] = {}
+    for ref, runs in carried_layouts(jaxpr):
+        if ref.site is None or ref.layout != "one_site" or runs <= 1:
+            continue
+        if ref.saved * runs - ref.compile_s > retrace_s:
+            site, key = ref.site
+            hints[(site, (LAYOUT_HINT, key))] = runs
     return hints

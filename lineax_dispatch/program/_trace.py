@@ -3,6 +3,7 @@ session of its own, once (twice only where solves are better decided together, o
 where the trace reused another program's nested trace of an `Auto` operator)."""
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..policies.calls._session import (
     shared_context,
 )
 from ._arguments import Arguments, OutputBox
-from ._decide import shared_solve_hints
+from ._decide import layout_hints, shared_solve_hints
 from ._errors import unpatched_jit
 from .analyse._groups import foreign_marked_calls
 from .analyse._solves import add_carried_solver_choices, add_carried_solves
@@ -83,8 +84,9 @@ def _trace_own(
 
 def trace_program(fun: Callable, jit_kwargs: dict[str, Any], split: Arguments) -> Trace:
     """Traces `fun` for these arguments. Solves repeated with the same operator
-    that are better decided together (one matrix build for all) are traced once
-    more, told so.
+    that are better decided together (one matrix build for all), and CG solves
+    whose layout changes counting the trips of the loops around them, are traced
+    once more, told so.
 
     **Arguments:**
 
@@ -96,8 +98,11 @@ def trace_program(fun: Callable, jit_kwargs: dict[str, Any], split: Arguments) -
 
     A `Trace`.
     """
+    start = time.perf_counter()
     trace = _trace_own(fun, jit_kwargs, split, {})
-    hints = shared_solve_hints(trace.traced.jaxpr.jaxpr, trace.session)
+    jaxpr = trace.traced.jaxpr.jaxpr
+    hints: dict[tuple, float] = dict(shared_solve_hints(jaxpr, trace.session))
+    hints.update(layout_hints(jaxpr, time.perf_counter() - start))
     if hints:
         trace = _trace_own(fun, jit_kwargs, split, hints)
     return trace

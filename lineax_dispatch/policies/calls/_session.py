@@ -108,7 +108,7 @@ class Session:
     solver_choices: list[SolverChoice] = dataclasses.field(default_factory=list)
     # Solves found repeated in an earlier trace of the program: `(user site,
     # operator key) -> k` solves sharing one matrix build (`_shared_solves.py`).
-    solve_hints: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    solve_hints: dict[tuple, float] = dataclasses.field(default_factory=dict)
     # `id -> (operator, record, mv parts)` of the operators applied in this trace
     # (emptied when it ends: the parts hold its tracers), so that one operator
     # applied at many call sites is partitioned and hashed once.
@@ -335,4 +335,28 @@ def solve_hint(key: Any) -> int:
     active = current_session()
     if active is None or not active.solve_hints:
         return 1
-    return active.solve_hints.get((user_site(), key), 1)
+    return int(active.solve_hints.get((user_site(), key), 1))
+
+
+# The key of a CG layout hint in `Session.solve_hints`, after the user's line.
+LAYOUT_HINT = "cg-layout"
+
+
+def layout_hint(key: Any) -> float:
+    """How many times a CG solve of the operator kind `key` at the current user
+    line runs per run of the program, as `lxd.jit` found in a first trace of it
+    (the trips of its enclosing loops), where that changes the solve's layout; 1
+    if none.
+
+    **Arguments:**
+
+    - `key`: the operator's kind key.
+
+    **Returns:**
+
+    A positive float.
+    """
+    active = current_session()
+    if active is None or not active.solve_hints:
+        return 1.0
+    return float(active.solve_hints.get((user_site(), (LAYOUT_HINT, key)), 1.0))

@@ -78,7 +78,7 @@ _TRIPS = MappingProxyType(
 )
 
 
-def _factor(eqn: Any) -> float:
+def loop_trips(eqn: Any) -> float:
     """How many times a sub-program of `eqn` runs per run of `eqn`."""
     trips = _TRIPS.get(eqn.primitive)
     return 1.0 if trips is None else trips(eqn)
@@ -125,7 +125,7 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
     groups: dict[tuple[str, int], Group] = {}
     # Per sub-program, the `jit` calls at any depth in it, with how many times each
     # runs per run of it; an operator's `mv`'s body is not the program's.
-    calls_in = finds_below(_calls, _factor)
+    calls_in = finds_below(_calls, loop_trips)
 
     def group_of(eqn: Any) -> Group:
         callee = call_callee(eqn)
@@ -139,7 +139,7 @@ def find_groups(jaxpr: Any) -> dict[tuple[str, int], Group]:
             group_of(eqn).sites.append(index)
             if is_marked(eqn):
                 continue
-        factor = _factor(eqn)
+        factor = loop_trips(eqn)
         for sub in jex.jaxprs_in_params(eqn.params):
             for nested, n in calls_in(sub):
                 group_of(nested).nested.append((nested, factor * n))

@@ -14,10 +14,12 @@ from ..._compat import linear_solve_p
 from ..._jaxpr import finds_below, HEAVY
 from ...policies._lazy import Lazy
 from ...policies._outline import Outline
-from ...policies._pinned import carried_record, ChoiceRef
+from ...policies._pinned import _Unkeyed, carried_record, ChoiceRef
 from ...policies.calls._session import Session, SolverChoice, SolveRecord
 from ...policies.calls._sites import equation_site
 from ...policies.decision._cost import mv_cost
+from ...solvers.one_site._cg_inline import LayoutRef
+from ._groups import loop_trips
 
 
 def _has_record(node: Any) -> bool:
@@ -129,24 +131,46 @@ def add_carried_solves(jaxpr: Any, active: Session) -> None:
 
 
 def _is_carrier(node: Any) -> bool:
-    return isinstance(node, (eqxi.Static, ChoiceRef))
+    return isinstance(node, (eqxi.Static, _Unkeyed))
 
 
-def _choices_in(node: Any) -> list[SolverChoice]:
-    """The solver choices carried below `node`, static values included (an
-    `AutoSolver`'s state keeps its `ChoiceRef` in an `eqxi.Static`)."""
-    found: list[SolverChoice] = []
+def _refs_in(node: Any, kind: type) -> list[Any]:
+    """The references of type `kind` carried below `node`, static values
+    included (a solver's state keeps them in an `eqxi.Static`)."""
+    found: list[Any] = []
     for leaf in jtu.tree_leaves(node, is_leaf=_is_carrier):
         if isinstance(leaf, eqxi.Static):
-            found += _choices_in(leaf.value)
-        elif isinstance(leaf, ChoiceRef) and leaf.choice is not None:
-            found.append(leaf.choice)
+            found += _refs_in(leaf.value, kind)
+        elif isinstance(leaf, kind):
+            found.append(leaf)
     return found
 
 
 def _choices_of(eqn: Any) -> tuple[list[SolverChoice], bool]:
     args = _static_args(eqn)
-    return ([] if args is None else _choices_in(args)), True
+    refs = [] if args is None else _refs_in(args, ChoiceRef)
+    return [ref.choice for ref in refs if ref.choice is not None], True
+
+
+def carried_layouts(jaxpr: Any) -> list[tuple[Any, float]]:
+    """The layouts of CG solves decided with `layout="auto"` in a traced program
+    (at any depth), each a `LayoutRef`, with how many times the solve runs per
+    run of the program (the trips of the loops around it).
+
+    **Arguments:**
+
+    - `jaxpr`: the program's top level, a `jax.extend.core.Jaxpr`.
+
+    **Returns:**
+
+    A list of `(LayoutRef, runs)`.
+    """
+
+    def find(eqn: Any) -> tuple[list[Any], bool]:
+        args = _static_args(eqn)
+        return ([] if args is None else _refs_in(args, LayoutRef)), True
+
+    return finds_below(find, loop_trips)(jaxpr)
 
 
 def add_carried_solver_choices(jaxpr: Any, active: Session) -> None:

@@ -12,10 +12,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
-from ...policies._pinned import ChoiceRef
-from ...policies.calls._session import record_solver_choice
 from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
-from ._cg_inline import choose_layout, inline_solve, InlineLoop, LAYOUTS
+from ._cg_inline import auto_layout, inline_solve, InlineLoop, LAYOUTS
 from ._cg_modes import (
     CHECK,
     CONVERGED,
@@ -171,21 +169,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
         if is_nsd:
             operator = -operator
         prepared = keep_linearise(self.prepare(operator))
-        layout, choice = self.layout, None
-        if layout == "auto":
-            preconditioner = options.get("preconditioner")
-            layout, reasons, source = choose_layout(
-                self, given, prepared, preconditioner
-            )
-            # For `lxd.explain`, carried by the state as `AutoSolver`'s choice is.
-            choice = record_solver_choice(
-                type(given).__name__,
-                f"{given.out_size()}x{given.in_size()}",
-                f"CG ({layout.replace('_', '-')} layout)",
-                reasons,
-                source,
-            )
-        return prepared, eqxi.Static(is_nsd), eqxi.Static((layout, ChoiceRef(choice)))
+        if self.layout != "auto":
+            return prepared, eqxi.Static(is_nsd), eqxi.Static((self.layout,))
+        state = auto_layout(self, given, prepared, options)
+        return prepared, eqxi.Static(is_nsd), eqxi.Static(state)
 
     def compute(
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]

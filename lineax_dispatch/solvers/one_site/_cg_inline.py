@@ -29,7 +29,14 @@ from ...operators import AbstractDispatchOperator
 from ...policies import Auto, CostModel, machine_cost_model, mv_cost, observe
 from ...policies._dense import EXPLICIT_OPERATORS
 from ...policies._memory import array_bytes, itemsize, vector_bytes
-from ...policies.calls._keys import is_leaf_array
+from ...policies._pinned import _Unkeyed, ChoiceRef
+from ...policies.calls._keys import is_leaf_array, operator_key
+from ...policies.calls._session import (
+    current_session,
+    layout_hint,
+    record_solver_choice,
+)
+from ...policies.calls._sites import user_site
 from ...policies.decision._formulas import mv_compile, read_rate
 from .._prepare import expected_iterations
 from ._cg_modes import (
@@ -231,12 +238,29 @@ def _copy_compile(operator: lx.AbstractLinearOperator, model: CostModel) -> floa
     return ops + constants * model.compile_per_constant_byte
 
 
+class LayoutRef(_Unkeyed):
+    """What `lxd.jit` needs to decide a CG solve's layout again for the trips of
+    the loops around it, carried in the solver's state (equal to every other: no
+    part of a jit cache key): the layout taken, the seconds the inline layout
+    saves over the runs counted (`saved`) and costs to compile (`compile_s`), and
+    the solve's `(user line, operator key)` (`None` outside `lxd.jit`)."""
+
+    __slots__ = ("layout", "saved", "compile_s", "site")
+
+    def __init__(self, layout: str, saved: float, compile_s: float, site: Any):
+        self.layout = layout
+        self.saved = saved
+        self.compile_s = compile_s
+        self.site = site
+
+
 def choose_layout(
     solver: "CG",
     operator: lx.AbstractLinearOperator,
     prepared: lx.AbstractLinearOperator,
     preconditioner: lx.AbstractLinearOperator | None,
-) -> tuple[str, tuple[str, ...], str]:
+    executions: float = 1.0,
+) -> tuple[str, tuple[str, ...], str, float, float]:
     """CG's layout for a solve of `prepared` (the operator as its loop applies it;
     `operator` as the user gave it, whose `Auto` policy holds the expected runs
     and the cost model): `"inline"` where the passes it saves over `runs` solves
@@ -246,18 +270,23 @@ def choose_layout(
     The passes saved: a refresh every `stabilise_every` of the solve's expected
     steps (`expected_iterations`), and the final check; each costs the one-site
     loop `refresh_pass` plus reading and writing its ten vectors. An operator that
-    is not `Auto` is taken to run as many times as `Auto`'s default.
+    is not `Auto` is taken to run as many times as `Auto`'s default, and the
+    solve `executions` times a run (the trips of the loops around it, where
+    `lxd.jit` found them).
 
     **Returns:**
 
-    `(layout, reasons, source)`: `"inline"` or `"one_site"`, sentences explaining
-    it, and where the cost model's constants came from.
+    `(layout, reasons, source, saved, compile_s)`: `"inline"` or `"one_site"`,
+    sentences explaining it, where the cost model's constants came from, and the
+    seconds the inline layout saves over the runs and costs to compile (infinite
+    where not known or not costed).
     """
     policy = getattr(operator, "policy", None)
     if isinstance(policy, Auto):
         runs, model = policy.runs, policy.model()
     else:
         runs, model = Auto().runs, machine_cost_model()
+    runs = runs * executions
     n = prepared.in_size()
     steps = expected_iterations(solver.max_steps, n)
     passes = int(solver.has_scale)
@@ -269,11 +298,12 @@ def choose_layout(
         f"The inline layout would save {passes} passes a solve (~{steps} steps "
         f"expected), ~{saved:.3g} s over {runs:g} runs"
     )
-    if saved <= model.inline_compile:  # (no need to cost the copies)
-        reason = (
-            f"{saving}: less than its fixed compile (~{model.inline_compile:.3g} s)."
-        )
-        return "one_site", (reason,), model.source
+    # Costing the copies traces nothing new but takes time: only where the saving
+    # may repay them, or where `lxd.jit` may decide again for the loops around.
+    if saved <= model.inline_compile and current_session() is None:
+        fixed = model.inline_compile
+        reason = f"{saving}: less than its fixed compile (~{fixed:.3g} s)."
+        return "one_site", (reason,), model.source, saved, math.inf
     compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
     if preconditioner is not None:
         compile_s += _copy_compile(preconditioner, model)
@@ -283,10 +313,45 @@ def choose_layout(
             "tracing a function of the user's again (a lineax operator that holds "
             "one): one site."
         )
-        return "one_site", (reason,), model.source
+        return "one_site", (reason,), model.source, saved, compile_s
     layout = "inline" if saved > compile_s else "one_site"
     reason = (
         f"{saving}; its further copies of `mv` cost ~{compile_s:.3g} s to compile: "
         f"{'inline' if layout == 'inline' else 'one site'}."
     )
-    return layout, (reason,), model.source
+    return layout, (reason,), model.source, saved, compile_s
+
+
+def auto_layout(
+    solver: "CG",
+    given: lx.AbstractLinearOperator,
+    prepared: lx.AbstractLinearOperator,
+    options: dict[str, Any],
+) -> tuple:
+    """The layout `layout="auto"` takes for a solve (see `choose_layout`), with
+    its `ChoiceRef` (for `lxd.explain`) and `LayoutRef` (for `lxd.jit`), as CG's
+    state carries them. Under `lxd.jit`, a second trace may be told the trips of
+    the loops around the solve (`layout_hint`, by its line and operator kind).
+
+    **Returns:**
+
+    `(layout, ChoiceRef, LayoutRef)`.
+    """
+    site = None
+    if current_session() is not None and isinstance(given, AbstractDispatchOperator):
+        site = (user_site(), operator_key(given))
+    layout, reasons, source, saved, compile_s = choose_layout(
+        solver,
+        given,
+        prepared,
+        options.get("preconditioner"),
+        1.0 if site is None else layout_hint(site[1]),
+    )
+    choice = record_solver_choice(
+        type(given).__name__,
+        f"{given.out_size()}x{given.in_size()}",
+        f"CG ({layout.replace('_', '-')} layout)",
+        reasons,
+        source,
+    )
+    return layout, ChoiceRef(choice), LayoutRef(layout, saved, compile_s, site)
