@@ -174,8 +174,10 @@ def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     `Roll` operators and the user's repeated functions are rolled; what a rolled
     call reads that is the same at every site (an operator's arrays) is computed
     once, before the loop. `fun` is traced twice only where k solves of one `Auto`
-    operator with the same arrays, from one line, are decided together, or where
-    the trace reused another program's nested trace of an `Auto` operator. The
+    operator with the same arrays, from one line, are decided together, where an
+    `lxd.CG` solve's layout changes counting the trips of the loops around it,
+    or where the trace reused another program's nested trace of an `Auto`
+    operator. The
     rewritten program is compiled with `jax.jit`; the results are those of
     `jax.jit(fun)`. Operators with other fixed policies are untouched.
 
