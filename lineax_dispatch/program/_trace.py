@@ -1,6 +1,7 @@
 """The trace stage of `lxd.jit`: the user's function traced to a program, in a
-session of its own, once (twice only where solves are better decided together, or
-where the trace reused another program's nested trace of an `Auto` operator)."""
+session of its own, once (twice only where solves are better decided together,
+where a CG solve's layout changes counting the loops around it, or where the trace
+reused another program's nested trace of an `Auto` operator)."""
 
 import dataclasses
 import time

@@ -106,8 +106,10 @@ class Session:
     solves: list[SolveRecord] = dataclasses.field(default_factory=list)
     # `AutoSolver`'s choices, for `explain`.
     solver_choices: list[SolverChoice] = dataclasses.field(default_factory=list)
-    # Solves found repeated in an earlier trace of the program: `(user site,
-    # operator key) -> k` solves sharing one matrix build (`_shared_solves.py`).
+    # What an earlier trace of the program found: `(user site, operator key) -> k`
+    # solves sharing one matrix build (`solve_hint`), and `(user site,
+    # (LAYOUT_HINT, operator key)) -> runs` of a CG solve per run of the program
+    # (`layout_hint`).
     solve_hints: dict[tuple, float] = dataclasses.field(default_factory=dict)
     # `id -> (operator, record, mv parts)` of the operators applied in this trace
     # (emptied when it ends: the parts hold its tracers), so that one operator

@@ -116,11 +116,13 @@ class CostModel(eqx.Module):
     # fit half of `benchmarks.families_cases` (the note of this change).
     solve_copy: float = 5e-3
     # From CG on 1-D operators (a diagonal, a three-point stencil) at n = 64 and
-    # 4096, and on the 2-D stencil at n = 1024 and 4096; the note of this change.
+    # 4096 (the note of this change).
     inline_compile: float = 3e-3
     # A 4096 x 4096 float32 matrix closed over: 82 ms (the operator's array) to
     # 480 ms (a closure's constant) per copy of `mv`.
     compile_per_constant_byte: float = 3e-9
+    # From CG on the 2-D five-point stencil at n = 1024 and 4096 (`benchmarks.
+    # steady`'s operator), one site against inline.
     refresh_pass: float = 1.5e-6
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
