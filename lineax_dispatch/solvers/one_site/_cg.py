@@ -18,6 +18,7 @@ from ._cg_modes import (
     CHECK,
     CONVERGED,
     CURVATURE_NEGATIVE,
+    curvature_test,
     CURVATURE_ZERO,
     failed_tests,
     RESIDUAL,
@@ -273,14 +274,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # search direction. `out` is then the residual; `product` is `A p` on
         # an ordinary step (where it is read), the bare output of `mv`.
         out, product = system.apply_split(s.v, pending)
-        curvature = dot(p, product)
-        threshold = 100 * rcond * jnp.abs(gamma)
-        ok = jnp.real(curvature) > threshold
+        ok, code, alpha = curvature_test(p, product, gamma, rcond)
         step_taken = ~pending & ok
         bad = ~pending & ~ok
-        negative = jnp.real(curvature) < -threshold
-        code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
-        alpha = gamma / select(ok, curvature, 1)
         diff = select(step_taken, alpha * p, s.diff)
         y = select(step_taken, s.y + diff, s.y)
         r = system.updated_residual(

@@ -41,8 +41,7 @@ from ...policies.decision._formulas import mv_compile, read_rate
 from .._prepare import expected_iterations
 from ._cg_modes import (
     CONVERGED,
-    CURVATURE_NEGATIVE,
-    CURVATURE_ZERO,
+    curvature_test,
     failed_tests,
     STAGNATED,
     STEP,
@@ -122,12 +121,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     residual or checks it."""
     solver = c.solver
     _, product = c.system.apply_split(s.p, jnp.array(False))
-    curvature = dot(s.p, product)
-    threshold = 100 * c.rcond * jnp.abs(s.gamma)
-    ok = jnp.real(curvature) > threshold
-    negative = jnp.real(curvature) < -threshold
-    code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
-    alpha = s.gamma / select(ok, curvature, 1)
+    ok, code, alpha = curvature_test(s.p, product, s.gamma, c.rcond)
     diff = select(ok, alpha * s.p, s.diff)
     y = select(ok, s.y + diff, s.y)
     r = _updated(ok, s.r, product, alpha)

@@ -1,4 +1,6 @@
-"""The values of CG's `mode`, shared by its two loops (`_cg.py`, `_cg_inline.py`).
+"""What CG's two loops (`_cg.py`, `_cg_inline.py`) share: the values of `mode`,
+the step's curvature test (`curvature_test`) and the stagnation rule
+(`failed_tests`).
 
 The one-site loop's `mode` says what its next pass does: an ordinary step
 (`STEP`), a residual pass (`RESIDUAL`: the first and every refresh) or a check
@@ -12,9 +14,13 @@ is the one comparison that says a pass is a residual pass: XLA:CPU compiles each
 scalar the loop computes apart as a kernel of its own, at 2-4 ms of compile
 each."""
 
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool
+
+from ._flat import dot, select
 
 
 STEP, RESIDUAL, CHECK = np.int32(0), np.int32(1), np.int32(2)
@@ -55,3 +61,29 @@ def failed_tests(
     """
     failed = tested & unconverged & (check | jnp.isfinite(checked))
     return failed, failed & ~(measure <= CHECK_PROGRESS * checked)
+
+
+def curvature_test(
+    p: Array, product: Array, gamma: Array, rcond: Any
+) -> tuple[Bool[Array, ""], Array, Array]:
+    """The step along `p` from its curvature `p^H A p` (`product` is `A p`).
+
+    **Arguments:**
+
+    - `p`: the search direction.
+    - `product`: `A p`.
+    - `gamma`: `<M r, r>` of the current residual.
+    - `rcond`: the curvature's relative threshold.
+
+    **Returns:**
+
+    `(ok, code, alpha)`: whether the curvature is positive enough to step, the
+    stop code where it is not (`CURVATURE_NEGATIVE`: not definite, else
+    `CURVATURE_ZERO`), and the step length `gamma / p^H A p`.
+    """
+    curvature = dot(p, product)
+    threshold = 100 * rcond * jnp.abs(gamma)
+    ok = jnp.real(curvature) > threshold
+    negative = jnp.real(curvature) < -threshold
+    code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
+    return ok, code, gamma / select(ok, curvature, 1)
