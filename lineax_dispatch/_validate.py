@@ -1,4 +1,4 @@
-"""Checks of user-given numbers, shared by policies and solvers: each raises at
+"""Checks of user-given numbers and operators, shared by policies and solvers: each raises at
 construction or trace time, naming the argument, what was expected and what was
 given."""
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.core
+import lineax as lx
 import numpy as np
 
 
@@ -86,3 +87,13 @@ def check_positive_real(value: Any, name: str) -> float:
             f"`{name}` must be a finite positive real number; got {_describe(value)}."
         )
     return number
+
+
+def check_square(operator: lx.AbstractLinearOperator, name: str) -> None:
+    """Raises unless `operator` is square (equal input and output structures)."""
+    if operator.in_structure() != operator.out_structure():
+        raise ValueError(
+            f"`{name}` needs a square operator (equal input and output structures); "
+            f"got in_structure={operator.in_structure()} and "
+            f"out_structure={operator.out_structure()}."
+        )

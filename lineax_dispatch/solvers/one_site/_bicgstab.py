@@ -10,7 +10,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, check_square
+from ..._validate import check_square
+from ._base import AbstractOneSiteSolver
 from ._flat import dot, keep_linearise
 from ._system import System
 

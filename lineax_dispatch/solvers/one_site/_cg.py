@@ -12,7 +12,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, check_square, conj_options, transpose_options
+from ..._validate import check_square
+from ._base import AbstractOneSiteSolver
 from ._cg_inline import auto_layout, inline_solve, InlineLoop, LAYOUTS
 from ._cg_modes import (
     CHECK,
@@ -25,7 +26,7 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import dot, keep_conj, keep_linearise, select
+from ._flat import conj_options, keep_conj, keep_linearise, select, transpose_options
 from ._system import System
 
 
@@ -241,10 +242,11 @@ class CG(AbstractOneSiteSolver[_CGState]):
             first, out, self.b_scale, (s.b_scale, jnp.array(True))
         )
         z = precond(new.r)
-        gamma_new = dot(z, new.r)
-        beta = select(first, 0, gamma_new / select(first, 1, s.gamma))
         new = new._replace(b_scale=b_scale)
-        mode, failed, measure = self._next_mode(system, s, new, outcome)
+        # The stopping test and `gamma` in one reduction.
+        measure, gamma_new = self.measure_and_dot(system, new, z)
+        beta = select(first, 0, gamma_new / select(first, 1, s.gamma))
+        mode, failed = self._next_mode(s, outcome, measure)
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
         advance = mode == STEP
@@ -291,17 +293,17 @@ class CG(AbstractOneSiteSolver[_CGState]):
         return out, new, _Outcome(pending, step_taken, bad, code, refresh)
 
     def _next_mode(
-        self, system: System, s: _Loop, new: _Loop, outcome: _Outcome
-    ) -> tuple[Int[Array, ""], Bool[Array, ""], Array]:
-        """The stopping decision after a pass from `s` to `new`.
+        self, s: _Loop, outcome: _Outcome, measure: Array
+    ) -> tuple[Int[Array, ""], Bool[Array, ""]]:
+        """The stopping decision after a pass from `s`, whose new state the
+        stopping test measures as `measure`.
 
         **Returns:**
 
-        The loop's next `mode`; whether the pass was a failed residual pass that
-        `checked` records; and the stopping test's measure on `new`.
+        The loop's next `mode`; and whether the pass was a failed residual pass
+        that `checked` records.
         """
         pending, step_taken = outcome.pending, outcome.step_taken
-        measure = self.test_measure(system, new)
         unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
         # A step whose updated residual passes the test is checked: the next
         # pass computes the true residual `b - A y` (the updated one drifts
@@ -318,7 +320,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         next_pass = select(check, CHECK, select(refresh, RESIDUAL, STEP))
         next_pass = select(pending & ~unconverged, CONVERGED, next_pass)
         mode = select(stagnated, STAGNATED, next_pass)
-        return select(outcome.bad, outcome.code, mode), failed, measure
+        return select(outcome.bad, outcome.code, mode), failed
 
     def _loop_end(
         self, system: System, s: _Loop | InlineLoop, max_steps: int

@@ -46,7 +46,7 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import dot, select
+from ._flat import select
 from ._system import System, UPDATE_IN_COND
 
 
@@ -102,18 +102,24 @@ class _Inline(NamedTuple):
     rcond: Any
     b_scale: Array
 
-    def measure(self, y: Array, r: Array, diff: Array) -> Array:
-        return self.solver.test_measure(self.system, _Tested(y, r, diff, self.b_scale))
+    def measured(self, y: Array, r: Array, diff: Array) -> tuple[Array, ...]:
+        """`(r, measure, z, gamma)`: the residual `r`, the stopping test's measure,
+        the preconditioned residual `z` and `gamma = <z, r>` (see
+        `measure_and_dot`: one reduction for both)."""
+        z = self.precond(r)
+        tested = _Tested(y, r, diff, self.b_scale)
+        m, gamma = self.solver.measure_and_dot(self.system, tested, z)
+        return r, m, z, gamma
 
-    def true_residual(self, y, diff, r, m, recompute):
+    def true_residual(self, y, diff, r, m, z, gamma, recompute):
         # Under `vmap` the branch runs where any vector of the batch needs it:
         # the others keep their updated residual.
         r = select(recompute, self.system.apply(y, jnp.array(True)), r)
-        return r, self.measure(y, r, diff)
+        return self.measured(y, r, diff)
 
 
-def _kept(y, diff, r, m, recompute):
-    return r, m
+def _kept(y, diff, r, m, z, gamma, recompute):
+    return r, m, z, gamma
 
 
 def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
@@ -125,7 +131,8 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     diff = select(ok, alpha * s.p, s.diff)
     y = select(ok, s.y + diff, s.y)
     r = _updated(ok, s.r, product, alpha)
-    m = c.measure(y, r, diff)
+    updated = c.measured(y, r, diff)
+    m = updated[1]
     # A check where the updated residual passes the test; a refresh every
     # `stabilise_every` steps. Either takes the true residual `b - A y`.
     check = ok & (m <= 1) if solver.has_scale else jnp.array(False)
@@ -134,7 +141,9 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     if solver.stabilise_every is not None:
         recompute = recompute | (ok & (lax.rem(step, solver.stabilise_every) == 0))
     any_recompute = eqxi.nonbatchable(eqxi.unvmap_any(recompute))
-    r, m = lax.cond(any_recompute, c.true_residual, _kept, y, diff, r, m, recompute)
+    r, m, z, gamma = lax.cond(
+        any_recompute, c.true_residual, _kept, y, diff, *updated, recompute
+    )
     # As the one-site loop: the solve converges where a true residual passes the
     # test; from the first failed check on, every true residual that fails it
     # must have halved since the one before (else `stagnation`).
@@ -142,8 +151,6 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     failed, stagnated = failed_tests(recompute, check, unconverged, m, s.checked)
     mode = select(recompute & ~unconverged, CONVERGED, STEP)
     mode = select(ok, select(stagnated, STAGNATED, mode), code)
-    z = c.precond(r)
-    gamma = dot(z, r)
     advance = mode == STEP
     return InlineLoop(
         y=y,
@@ -183,22 +190,29 @@ def inline_solve(
     assert system.rhs is not None
     b_scale, _ = system.scale_of_rhs(solver.b_scale, y0)
     r0 = system.apply(y0, jnp.array(True))
-    z0 = precond(r0)
+    constants = _Inline(solver, system, precond, rcond, b_scale)
+    diff0 = jnp.full_like(y0, jnp.inf)
+    _, m0, z0, gamma0 = constants.measured(y0, r0, diff0)
+    # `checked` starts infinite (NaN where the first residual is, and the loop
+    # does not run), read from the first measure `m0` (itself infinite): that
+    # keeps it live, and the reduction that computes `gamma0` with it computes
+    # it as every later `gamma` is computed, and as the one-site loop's first
+    # pass does. (XLA simplifies a variadic reduction whose other output goes
+    # unused to a plain one, which sums in another order.)
     init = InlineLoop(
         y=y0,
         r=r0,
         p=z0,
-        diff=jnp.full_like(y0, jnp.inf),
-        gamma=dot(z0, r0),
+        diff=diff0,
+        gamma=gamma0,
         step=jnp.array(0),
         mode=jnp.asarray(STEP),
-        checked=jnp.full((), jnp.inf, jnp.finfo(y0.dtype).dtype),
+        checked=jnp.maximum(m0, jnp.inf),
     )
 
     def continues(s: InlineLoop) -> Bool[Array, ""]:
         return (s.mode == STEP) & (jnp.real(s.gamma) > 0) & (s.step < max_steps)
 
-    constants = _Inline(solver, system, precond, rcond, b_scale)
     return lax.while_loop(continues, ft.partial(_inline_step, constants), init)
 
 
@@ -258,8 +272,9 @@ def choose_layout(
     """CG's layout for a solve of `prepared` (the operator as its loop applies it;
     `operator` as the user gave it, whose `Auto` policy holds the expected runs
     and the cost model): `"inline"` where the passes it saves over `runs` solves
-    take longer than its two further copies of `mv` (and one of the
-    preconditioner's) take to compile, else `"one_site"`.
+    take longer than its two further copies of `mv` (and two of the
+    preconditioner's: in the step, and with the true residual) take to compile,
+    else `"one_site"`.
 
     The passes saved: a refresh every `stabilise_every` of the solve's expected
     steps (`expected_iterations`), and the final check; each costs the one-site
@@ -300,7 +315,7 @@ def choose_layout(
         return "one_site", (reason,), model.source, saved, math.inf
     compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
     if preconditioner is not None:
-        compile_s += _copy_compile(preconditioner, model)
+        compile_s += 2 * _copy_compile(preconditioner, model)
     if not math.isfinite(compile_s):
         reason = (
             f"{saving}; the compile time of its copies is not known without "

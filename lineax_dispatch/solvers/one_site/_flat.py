@@ -100,6 +100,20 @@ def keep_conj(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
         return lx.conj(operator)
 
 
+def transpose_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the transposed solve: the transposed preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": options["preconditioner"].transpose()}
+
+
+def conj_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the conjugate solve: the conjugate preconditioner."""
+    if options.get("preconditioner") is None:
+        return {}
+    return {"preconditioner": keep_conj(options["preconditioner"])}
+
+
 def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flattener):
     """`x -> ravel(operator.mv(unravel(x)))`: one `mv` per call."""
 

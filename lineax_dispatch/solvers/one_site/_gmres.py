@@ -12,7 +12,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, check_square
+from ..._validate import check_square
+from ._base import AbstractOneSiteSolver
 from ._flat import keep_linearise, project, stacked_zeros, two_norm
 from ._system import System
 

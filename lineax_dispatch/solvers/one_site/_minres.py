@@ -11,7 +11,8 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ._base import AbstractOneSiteSolver, check_square
+from ..._validate import check_square
+from ._base import AbstractOneSiteSolver
 from ._flat import all_finite, dot, keep_linearise, two_norm
 from ._system import System
 

@@ -9,8 +9,8 @@ from jaxtyping import Array, Bool, PyTree
 
 from ...operators._structure import structures_match
 from ...policies.calls._session import own_code
-from ._base import AbstractOneSiteSolver, conj_options, transpose_options
-from ._flat import flat_mv, keep_conj, keep_linearise
+from ._base import AbstractOneSiteSolver
+from ._flat import conj_options, flat_mv, keep_conj, keep_linearise, transpose_options
 from ._system import flatteners, System
 
 
