@@ -1,6 +1,6 @@
-"""Checks of user-given numbers and operators, shared by policies and solvers: each raises at
-construction or trace time, naming the argument, what was expected and what was
-given."""
+"""Checks of user-given numbers and operators, shared by policies and solvers:
+each raises at construction or trace time, naming the argument, what was expected
+and what was given."""
 
 import math
 import numbers
