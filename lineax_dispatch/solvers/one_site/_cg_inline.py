@@ -197,8 +197,9 @@ def inline_solve(
     # does not run), read from the first measure `m0` (itself infinite): that
     # keeps it live, and the reduction that computes `gamma0` with it computes
     # it as every later `gamma` is computed, and as the one-site loop's first
-    # pass does. (XLA simplifies a variadic reduction whose other output goes
-    # unused to a plain one, which sums in another order.)
+    # pass does. (Below `FUSED_TEST_BELOW` unknowns that is one variadic
+    # reduction, which XLA would simplify to a plain one, summing in another
+    # order, were its measure unused.)
     init = InlineLoop(
         y=y0,
         r=r0,
