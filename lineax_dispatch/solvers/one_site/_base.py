@@ -29,8 +29,7 @@ from ._system import flat_preconditioner, plain_system, System
 
 _State = TypeVar("_State")
 
-# Below this many unknowns, `measure_and_dot` takes one reduction.
-FUSED_TEST_BELOW = 1024
+FUSED_TEST_BELOW = 1024  # (unknowns: see `measure_and_dot`)
 
 
 class _LoopEnd(Protocol):
@@ -44,8 +43,7 @@ class _LoopEnd(Protocol):
 
 
 class _Residuals(Protocol):
-    """The fields of a loop state that lineax's stopping test reads (read-only, as
-    the fields of the solvers' `NamedTuple` states)."""
+    """The fields of a loop state that lineax's stopping test reads (read-only)."""
 
     @property
     def y(self) -> Array: ...
@@ -270,7 +268,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         each apart: XLA:CPU compiles every reduction in a loop into kernels of its
         own.
         """
-        if self._one_reduction(system):
+        if self.norm is max_norm and system.flat.size > 0:  # (`_max_terms`)
             return jnp.max(self._max_terms(system, state))
         y_scale = self._y_scale(system, state)
         with jax.numpy_dtype_promotion("standard"):
@@ -292,7 +290,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
         **Returns:** `(measure, inner product)`.
         """
-        if not (self._one_reduction(system) and system.flat.size < FUSED_TEST_BELOW):
+        if not self.fused_test(system.flat.size):
             return self.test_measure(system, state), dot(z, state.r)
         terms = self._max_terms(system, state)
         products = jnp.conj(z) * state.r
@@ -303,9 +301,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             (0,),
         )
 
-    def _one_reduction(self, system: System) -> bool:
-        """Whether the stopping test is one max-reduction (`_max_terms`)."""
-        return self.norm is max_norm and system.flat.size > 0
+    def fused_test(self, size: int) -> bool:
+        """Whether `measure_and_dot` takes one reduction for `size` unknowns."""
+        return self.norm is max_norm and 0 < size < FUSED_TEST_BELOW
 
     def _max_terms(self, system: System, state: _Residuals) -> Array:
         """The elementwise larger of the residual and the update, each in units of

@@ -46,7 +46,7 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import select
+from ._flat import dot, select
 from ._system import System, UPDATE_IN_COND
 
 
@@ -102,24 +102,41 @@ class _Inline(NamedTuple):
     rcond: Any
     b_scale: Array
 
+    @property
+    def fused(self) -> bool:
+        """Whether the stopping test and `gamma` are one reduction
+        (`measure_and_dot`): then both are taken wherever a residual is."""
+        return self.solver.fused_test(self.system.flat.size)
+
     def measured(self, y: Array, r: Array, diff: Array) -> tuple[Array, ...]:
-        """`(r, measure, z, gamma)`: the residual `r`, the stopping test's measure,
-        the preconditioned residual `z` and `gamma = <z, r>` (see
-        `measure_and_dot`: one reduction for both)."""
-        z = self.precond(r)
+        """`(r, measure, z, gamma)` where `fused`, else `(r, measure)`: the
+        residual `r`, the stopping test's measure, the preconditioned residual `z`
+        and `gamma = <z, r>`."""
         tested = _Tested(y, r, diff, self.b_scale)
+        if not self.fused:
+            return r, self.solver.test_measure(self.system, tested)
+        z = self.precond(r)
         m, gamma = self.solver.measure_and_dot(self.system, tested, z)
         return r, m, z, gamma
 
-    def true_residual(self, y, diff, r, m, z, gamma, recompute):
+    def finished(self, *measured: Array) -> tuple[Array, ...]:
+        """`(r, measure, z, gamma)` from what `measured` gave."""
+        if len(measured) == 4:
+            return measured
+        r, m = measured
+        z = self.precond(r)
+        return r, m, z, dot(z, r)
+
+    def true_residual(self, y, diff, *measured_and_recompute):
         # Under `vmap` the branch runs where any vector of the batch needs it:
         # the others keep their updated residual.
-        r = select(recompute, self.system.apply(y, jnp.array(True)), r)
+        *measured, recompute = measured_and_recompute
+        r = select(recompute, self.system.apply(y, jnp.array(True)), measured[0])
         return self.measured(y, r, diff)
 
 
-def _kept(y, diff, r, m, z, gamma, recompute):
-    return r, m, z, gamma
+def _kept(y, diff, *measured_and_recompute):
+    return measured_and_recompute[:-1]
 
 
 def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
@@ -131,8 +148,8 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     diff = select(ok, alpha * s.p, s.diff)
     y = select(ok, s.y + diff, s.y)
     r = _updated(ok, s.r, product, alpha)
-    updated = c.measured(y, r, diff)
-    m = updated[1]
+    measured = c.measured(y, r, diff)
+    m = measured[1]
     # A check where the updated residual passes the test; a refresh every
     # `stabilise_every` steps. Either takes the true residual `b - A y`.
     check = ok & (m <= 1) if solver.has_scale else jnp.array(False)
@@ -141,9 +158,10 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     if solver.stabilise_every is not None:
         recompute = recompute | (ok & (lax.rem(step, solver.stabilise_every) == 0))
     any_recompute = eqxi.nonbatchable(eqxi.unvmap_any(recompute))
-    r, m, z, gamma = lax.cond(
-        any_recompute, c.true_residual, _kept, y, diff, *updated, recompute
+    measured = lax.cond(
+        any_recompute, c.true_residual, _kept, y, diff, *measured, recompute
     )
+    r, m, z, gamma = c.finished(*measured)
     # As the one-site loop: the solve converges where a true residual passes the
     # test; from the first failed check on, every true residual that fails it
     # must have halved since the one before (else `stagnation`).
@@ -192,14 +210,15 @@ def inline_solve(
     r0 = system.apply(y0, jnp.array(True))
     constants = _Inline(solver, system, precond, rcond, b_scale)
     diff0 = jnp.full_like(y0, jnp.inf)
-    _, m0, z0, gamma0 = constants.measured(y0, r0, diff0)
+    inf = jnp.full((), jnp.inf, jnp.finfo(y0.dtype).dtype)
+    first = constants.measured(y0, r0, diff0) if constants.fused else (r0, inf)
+    _, m0, z0, gamma0 = constants.finished(*first)
     # `checked` starts infinite (NaN where the first residual is, and the loop
-    # does not run), read from the first measure `m0` (itself infinite): that
-    # keeps it live, and the reduction that computes `gamma0` with it computes
-    # it as every later `gamma` is computed, and as the one-site loop's first
-    # pass does. (Below `FUSED_TEST_BELOW` unknowns that is one variadic
-    # reduction, which XLA would simplify to a plain one, summing in another
-    # order, were its measure unused.)
+    # does not run), read from the first measure `m0` (itself infinite): where
+    # that comes with `gamma0` from one reduction, this keeps it live, so that
+    # the reduction computes `gamma0` as every later `gamma` is computed, and as
+    # the one-site loop's first pass does. (XLA would simplify a variadic
+    # reduction with an unused output to a plain one, summing in another order.)
     init = InlineLoop(
         y=y0,
         r=r0,
@@ -273,9 +292,9 @@ def choose_layout(
     """CG's layout for a solve of `prepared` (the operator as its loop applies it;
     `operator` as the user gave it, whose `Auto` policy holds the expected runs
     and the cost model): `"inline"` where the passes it saves over `runs` solves
-    take longer than its two further copies of `mv` (and two of the
-    preconditioner's: in the step, and with the true residual) take to compile,
-    else `"one_site"`.
+    take longer than its two further copies of `mv` (and of the preconditioner's
+    `mv`, one, or two where the stopping test and `gamma` are one reduction and
+    taken with each residual) take to compile, else `"one_site"`.
 
     The passes saved: a refresh every `stabilise_every` of the solve's expected
     steps (`expected_iterations`), and the final check; each costs the one-site
@@ -316,7 +335,8 @@ def choose_layout(
         return "one_site", (reason,), model.source, saved, math.inf
     compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
     if preconditioner is not None:
-        compile_s += 2 * _copy_compile(preconditioner, model)
+        copies = 2 if solver.fused_test(n) else 1
+        compile_s += copies * _copy_compile(preconditioner, model)
     if not math.isfinite(compile_s):
         reason = (
             f"{saving}; the compile time of its copies is not known without "
