@@ -75,6 +75,20 @@ def test_auto_keeps_a_plain_lineax_function_operator_on_one_site():
     assert _layout(lxd.CG(1e-5, 1e-5), plain) == "one_site"
 
 
+def test_the_one_site_loops_fused_test_counts_below_its_size():
+    # Below `FUSED_TEST_BELOW` unknowns the one-site loop takes its test and
+    # `gamma` in one reduction, which the inline layout's estimate pays for.
+    solver = lxd.CG(1e-5, 1e-5)
+    dear = lxd.Auto(runs=10**7, cost_model=lxd.CostModel(fused_test_compile=1e4))
+    free = lxd.Auto(runs=10**7, cost_model=lxd.CostModel(fused_test_compile=0.0))
+    assert _layout(solver, _operator(64, free)) == "inline"
+    assert _layout(solver, _operator(64, dear)) == "one_site"
+    assert _layout(solver, _operator(FUSED_TEST_BELOW, dear)) == "inline"
+    # With another norm the test is not one reduction.
+    two_norm = lxd.CG(1e-5, 1e-5, norm=lx.internal.two_norm)
+    assert _layout(two_norm, _operator(64, dear)) == "inline"
+
+
 def test_a_layout_given_is_kept():
     for layout in ("one_site", "inline"):
         solver = lxd.CG(1e-5, 1e-5, layout=layout)

@@ -70,6 +70,7 @@ _SCALES = {
         "roll_site",
         "solve_copy",
         "inline_compile",
+        "fused_test_compile",
         "compile_per_constant_byte",
     ),
     "matmul_s": ("flops_per_second", "factor_flops_per_second"),

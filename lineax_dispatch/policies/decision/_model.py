@@ -71,6 +71,11 @@ class CostModel(eqx.Module):
     - `inline_compile`: compile time of [`lineax_dispatch.CG`][]'s inline layout
         beyond its one-site loop, besides the inline layout's two further copies
         of `mv` (a `lax.cond` and the stopping test before it).
+    - `fused_test_compile`: compile time the one-site loop of
+        [`lineax_dispatch.CG`][] saves below `FUSED_TEST_BELOW` unknowns by taking
+        its stopping test and `gamma` in one reduction, where the inline layout
+        has a test before its `lax.cond` and another inside it: added to
+        `inline_compile` there.
     - `compile_per_constant_byte`: compile time a copy of `mv` adds per byte of
         the constants it holds (arrays the program closes over rather than takes
         as arguments): XLA:CPU compiles each copy with its constants.
@@ -118,6 +123,9 @@ class CostModel(eqx.Module):
     # From CG on 1-D operators (a diagonal, a three-point stencil) at n = 64 and
     # 4096 (the note of this change).
     inline_compile: float = 3e-3
+    # From CG on the same two at n = 64: the gap grew by 9.5 and 9.8 ms when the
+    # one-site loop's test became one reduction (the note of this change).
+    fused_test_compile: float = 1e-2
     # A 4096 x 4096 float32 matrix closed over: 82 ms (the operator's array) to
     # 480 ms (a closure's constant) per copy of `mv`.
     compile_per_constant_byte: float = 3e-9

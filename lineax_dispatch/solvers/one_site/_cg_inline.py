@@ -329,11 +329,13 @@ def choose_layout(
     )
     # Costing the copies traces nothing new but takes time: only where the saving
     # may repay them, or where `lxd.jit` may decide again for the loops around.
-    if saved <= model.inline_compile and current_session() is None:
-        fixed = model.inline_compile
+    fixed = model.inline_compile
+    if solver.fused_test(n):
+        fixed += model.fused_test_compile
+    if saved <= fixed and current_session() is None:
         reason = f"{saving}: less than its fixed compile (~{fixed:.3g} s)."
         return "one_site", (reason,), model.source, saved, math.inf
-    compile_s = model.inline_compile + 2 * _copy_compile(prepared, model)
+    compile_s = fixed + 2 * _copy_compile(prepared, model)
     if preconditioner is not None:
         copies = 2 if solver.fused_test(n) else 1
         compile_s += copies * _copy_compile(preconditioner, model)
