@@ -11,6 +11,7 @@ import pytest
 
 import lineax_dispatch as lxd
 from lineax_dispatch.solvers.one_site._base import FUSED_TEST_BELOW
+from lineax_dispatch.solvers.one_site._system import UPDATE_IN_COND
 
 
 _PSD = lx.positive_semidefinite_tag
@@ -87,6 +88,34 @@ def test_the_one_site_loops_fused_test_counts_below_its_size():
     # With another norm the test is not one reduction.
     two_norm = lxd.CG(1e-5, 1e-5, norm=lx.internal.two_norm)
     assert _layout(two_norm, _operator(64, dear)) == "inline"
+
+
+def _update(solver, operator):
+    """The residual update `solver.init` chose for a solve of `operator`."""
+    return solver.init(operator, {})[2].value[1]
+
+
+def test_the_residual_update_takes_a_cond_where_the_runs_repay_it():
+    solver = lxd.CG(1e-5, 1e-5)
+    # Below `UPDATE_IN_COND` unknowns one expression is as fast.
+    assert _update(solver, _operator(UPDATE_IN_COND // 4, _auto(10**7))) == "select"
+    # From it on, a program run once does not repay the `cond`'s compile; one run
+    # often does (each step as one expression computes the `mv` again).
+    assert _update(solver, _operator(UPDATE_IN_COND, _auto(1))) == "select"
+    assert _update(solver, _operator(UPDATE_IN_COND, _auto(10**4))) == "cond"
+    free = lxd.Auto(runs=1, cost_model=lxd.CostModel(update_cond_compile=0.0))
+    assert _update(solver, _operator(UPDATE_IN_COND, free)) == "cond"
+    # A lineax operator holding a function of the user's: not costed, a `cond`.
+    structure = jax.ShapeDtypeStruct((UPDATE_IN_COND,), jnp.float32)
+    plain = lx.FunctionLinearOperator(_stencil, structure, _PSD)
+    assert _update(solver, plain) == "cond"
+    # Given, it is kept, with either layout.
+    for layout in LAYOUTS:
+        for update in ("select", "cond"):
+            given = lxd.CG(1e-5, 1e-5, layout=layout, residual_update=update)
+            assert _update(given, _operator(64, _auto(1))) == update
+    with pytest.raises(ValueError, match=r"residual_update=\.\.\.\).*'maybe'"):
+        lxd.CG(1e-5, 1e-5, residual_update="maybe")
 
 
 def test_a_layout_given_is_kept():

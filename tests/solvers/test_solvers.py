@@ -297,9 +297,9 @@ def _stencil_2d(side: int):
     return mv
 
 
-def _conds(side: int, layout: str) -> int:
-    """The conditionals in the lowered program of a jitted CG solve (in `layout`) of
-    the stencil on a `side x side` grid."""
+def _conds(side: int, layout: str, update: str) -> int:
+    """The conditionals in the lowered program of a jitted CG solve (in `layout`,
+    with `residual_update=update`) of the stencil on a `side x side` grid."""
     n = side * side
     op = lxd.FunctionLinearOperator(
         _stencil_2d(side),
@@ -307,17 +307,18 @@ def _conds(side: int, layout: str) -> int:
         lx.positive_semidefinite_tag,
         policy=lxd.Lazy(),
     )
-    solver = lxd.CG(1e-8, 1e-8, layout=layout)
+    solver = lxd.CG(1e-8, 1e-8, layout=layout, residual_update=update)
     solve = jax.jit(lambda b: lx.linear_solve(op, b, solver).value)
     return solve.lower(jnp.ones(n, jnp.float64)).as_text().count("stablehlo.case")
 
 
+@pytest.mark.parametrize("update", ["cond", "select"])
 @pytest.mark.parametrize("layout", ["one_site", "inline"])
 @pytest.mark.parametrize("side", [16, 64])
-def test_cg_residual_update_matches_lineax_at_every_size(side, layout):
-    # From 4096 unknowns on, CG updates its residual in a `lax.cond` (XLA:CPU
-    # would otherwise compute the `mv` again inside the update); below, in one
-    # expression. Both give lineax's steps and solution, under jit, vmap and grad.
+def test_cg_residual_update_matches_lineax_at_every_size(side, layout, update):
+    # CG updates its residual in a `lax.cond` (from 4096 unknowns XLA:CPU would
+    # otherwise compute the `mv` again inside the update) or in one expression.
+    # Both give lineax's steps and solution, under jit, vmap and grad.
     n = side * side
     mv = _stencil_2d(side)
     structure = jax.ShapeDtypeStruct((n,), jnp.float64)
@@ -330,10 +331,11 @@ def test_cg_residual_update_matches_lineax_at_every_size(side, layout):
         sol = lx.linear_solve(op, b, solver, throw=False)
         return sol.value, sol.stats["num_steps"], sol.result._value
 
-    cg = lxd.CG(1e-8, 1e-8, layout=layout)
+    cg = lxd.CG(1e-8, 1e-8, layout=layout, residual_update=update)
     ours_solve = jax.jit(lambda b: solve(ours, cg, b))
     plain_solve = jax.jit(lambda b: solve(plain, lx.CG(1e-8, 1e-8), b))
-    assert _conds(side, layout) - _conds(4, layout) == (1 if n >= 4096 else 0)
+    conds = _conds(side, layout, update) - _conds(side, layout, "select")
+    assert conds == (1 if update == "cond" else 0)
     y, steps, result = ours_solve(bs[0])
     y_plain, steps_plain, _ = plain_solve(bs[0])
     assert int(result) == 0

@@ -71,6 +71,7 @@ _SCALES = {
         "solve_copy",
         "inline_compile",
         "fused_test_compile",
+        "update_cond_compile",
         "compile_per_constant_byte",
     ),
     "matmul_s": ("flops_per_second", "factor_flops_per_second"),

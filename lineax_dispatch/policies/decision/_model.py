@@ -76,6 +76,9 @@ class CostModel(eqx.Module):
         its stopping test and `gamma` in one reduction, where the inline layout
         has a test before its `lax.cond` and another inside it: added to
         `inline_compile` there.
+    - `update_cond_compile`: compile time of the `lax.cond` in which
+        [`lineax_dispatch.CG`][] updates its residual where that runs faster
+        (from `UPDATE_IN_COND` unknowns on), against the plain expression.
     - `compile_per_constant_byte`: compile time a copy of `mv` adds per byte of
         the constants it holds (arrays the program closes over rather than takes
         as arguments): XLA:CPU compiles each copy with its constants.
@@ -126,6 +129,9 @@ class CostModel(eqx.Module):
     # From CG on the same two at n = 64: the gap grew by 9.5 and 9.8 ms when the
     # one-site loop's test became one reduction (the note of this change).
     fused_test_compile: float = 1e-2
+    # From CG on the 2-D five-point stencil at n = 4096: 15.5 and 13.6 ms (the
+    # note of this change).
+    update_cond_compile: float = 1.5e-2
     # A 4096 x 4096 float32 matrix closed over: 82 ms (the operator's array) to
     # 480 ms (a closure's constant) per copy of `mv`.
     compile_per_constant_byte: float = 3e-9

@@ -13,8 +13,9 @@ from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ..._validate import check_square
+from .._cg_choice import cg_choices
 from ._base import AbstractOneSiteSolver
-from ._cg_inline import auto_layout, inline_solve, InlineLoop, LAYOUTS
+from ._cg_inline import inline_solve, InlineLoop, LAYOUTS, UPDATES
 from ._cg_modes import (
     CHECK,
     CONVERGED,
@@ -27,7 +28,7 @@ from ._cg_modes import (
     STEP,
 )
 from ._flat import conj_options, keep_conj, keep_linearise, select, transpose_options
-from ._system import System
+from ._system import System, UPDATE_IN_COND
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static, eqxi.Static]
@@ -113,7 +114,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
     `Auto`'s default) take longer than its two further copies of `mv` take to
     compile, as the cost model estimates them; else the one-site loop. A lineax
     operator holding a function of the user's, whose cost is not known without
-    tracing the function again, stays on one site.
+    tracing the function again, stays on one site. From 4096 unknowns either
+    loop updates its residual in a `lax.cond` where that pays for its compile
+    over the expected runs (`residual_update`).
 
     `options` (as passed to `lx.linear_solve(..., options=...)`):
 
@@ -144,12 +147,15 @@ class CG(AbstractOneSiteSolver[_CGState]):
     stabilise_every: int | None = 10
     max_steps: int | None = None
     layout: str = "auto"
+    residual_update: str = "auto"
 
     def __check_init__(self):
-        if self.layout not in LAYOUTS:
-            raise ValueError(
-                f"`CG(..., layout=...)` must be one of {LAYOUTS}, got {self.layout!r}."
-            )
+        for name, allowed in (("layout", LAYOUTS), ("residual_update", UPDATES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"`CG(..., {name}=...)` must be one of {allowed}, got "
+                    f"{getattr(self, name)!r}."
+                )
         if self.stabilise_every is not None and (
             not isinstance(self.stabilise_every, int) or self.stabilise_every < 1
         ):
@@ -171,18 +177,19 @@ class CG(AbstractOneSiteSolver[_CGState]):
         if is_nsd:
             operator = -operator
         prepared = keep_linearise(self.prepare(operator))
-        if self.layout != "auto":
-            return prepared, eqxi.Static(is_nsd), eqxi.Static((self.layout,))
-        state = auto_layout(self, given, prepared, options)
-        return prepared, eqxi.Static(is_nsd), eqxi.Static(state)
+        choices = cg_choices(self, given, prepared, options)
+        return prepared, eqxi.Static(is_nsd), eqxi.Static(choices)
 
     def compute(
         self, state: _CGState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        operator, is_nsd, layout = state
+        operator, is_nsd, choices = state
+        layout, update = choices.value[:2]
         solver = self
-        if layout.value[0] != self.layout:
-            solver = eqx.tree_at(lambda s: s.layout, self, layout.value[0])
+        if (layout, update) != (self.layout, self.residual_update):
+            solver = eqx.tree_at(
+                lambda s: (s.layout, s.residual_update), self, (layout, update)
+            )
         y, result, stats, flat = solver.solve_square(operator, vector, options)
         if is_nsd.value:
             y = -y
@@ -205,6 +212,14 @@ class CG(AbstractOneSiteSolver[_CGState]):
             self._init_loop(system, y0),
         )
         return self._loop_end(system, s, max_steps)
+
+    def in_cond(self, r: Array) -> bool:
+        """Whether the loop updates the residual in a `lax.cond` (see
+        `residual_update`; `"auto"` not decided, as in `Normal`'s inner solve:
+        from `UPDATE_IN_COND` unknowns on)."""
+        if self.residual_update == "auto":
+            return r.size >= UPDATE_IN_COND
+        return self.residual_update == "cond"
 
     def _init_loop(self, system: System, y0: Array) -> _Loop:
         """The loop's state before its first pass, a residual pass at `y0`."""
@@ -282,7 +297,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         diff = select(step_taken, alpha * p, s.diff)
         y = select(step_taken, s.y + diff, s.y)
         r = system.updated_residual(
-            pending, out, product, s.r, select(step_taken, alpha, 0)
+            pending, out, product, s.r, select(step_taken, alpha, 0), self.in_cond(s.r)
         )
         step = s.step + step_taken.astype(s.step.dtype)
         if self.stabilise_every is None:
@@ -372,4 +387,9 @@ CG.__init__.__doc__ = r"""**Arguments:**
     checks inside the steps) or `"auto"` (the default: whichever the cost model
     estimates cheaper for this operator, see above). The normal equations of
     [`lineax_dispatch.Normal`][] are always solved on one site.
+- `residual_update`: `"select"` (the update `r - alpha A p` as one expression),
+    `"cond"` (in a `lax.cond` reading `A p` as computed: from 4096 unknowns XLA:CPU
+    would otherwise compute the operator's elementwise operations a second time in
+    the update, but it costs 14-22 ms more compile) or `"auto"` (the default: the
+    `cond` from 4096 unknowns where the solve's expected runs repay it).
 """

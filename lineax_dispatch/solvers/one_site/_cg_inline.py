@@ -9,36 +9,18 @@ the step, taken at a refresh and wherever the updated residual passes the stoppi
 test (a check). The iterates, steps and results are the one-site loop's; only the
 passes differ, and the compile: two more copies of `mv`.
 
-`choose_layout` weighs the two: the inline layout where `runs` solves save more
-passes than its copies of `mv` cost to compile."""
+`solvers/_cg_choice.py` weighs the two (`choose_layout`): the inline layout where
+`runs` solves save more passes than its copies of `mv` cost to compile."""
 
 import functools as ft
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, TYPE_CHECKING
 
 import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.tree_util as jtu
-import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int
 
-from ..._compat import is_tracer
-from ...operators import AbstractDispatchOperator
-from ...policies import Auto, CostModel, machine_cost_model, mv_cost, observe
-from ...policies._dense import EXPLICIT_OPERATORS
-from ...policies._memory import array_bytes, itemsize, vector_bytes
-from ...policies._pinned import _Unkeyed, ChoiceRef
-from ...policies.calls._keys import is_leaf_array, operator_key
-from ...policies.calls._session import (
-    current_session,
-    layout_hint,
-    record_solver_choice,
-)
-from ...policies.calls._sites import user_site
-from ...policies.decision._formulas import mv_compile, read_rate
-from .._prepare import expected_iterations
 from ._cg_modes import (
     CONVERGED,
     curvature_test,
@@ -47,7 +29,7 @@ from ._cg_modes import (
     STEP,
 )
 from ._flat import dot, select
-from ._system import System, UPDATE_IN_COND
+from ._system import System
 
 
 if TYPE_CHECKING:
@@ -55,6 +37,7 @@ if TYPE_CHECKING:
 
 
 LAYOUTS = ("auto", "one_site", "inline")
+UPDATES = ("auto", "select", "cond")
 
 
 class InlineLoop(NamedTuple):
@@ -83,12 +66,14 @@ class _Tested(NamedTuple):
     b_scale: Array
 
 
-def _updated(ok: Bool[Array, ""], r: Array, product: Array, alpha: Array) -> Array:
-    """`r - alpha A p` where the step was taken (`ok`), else `r`. From
-    `UPDATE_IN_COND` unknowns on in a `lax.cond`, which reads `A p` as computed:
-    as plain arithmetic, XLA:CPU fuses the operator's own operations into the
-    update and computes them a second time there (see `System.updated_residual`)."""
-    if r.size < UPDATE_IN_COND:
+def _updated(
+    ok: Bool[Array, ""], r: Array, product: Array, alpha: Array, in_cond: bool
+) -> Array:
+    """`r - alpha A p` where the step was taken (`ok`), else `r`. Where `in_cond`,
+    in a `lax.cond`, which reads `A p` as computed: as plain arithmetic, XLA:CPU
+    fuses the operator's own operations into the update and computes them a
+    second time there (see `System.updated_residual`)."""
+    if not in_cond:
         return r - select(ok, alpha, 0) * product
     return lax.cond(ok, lambda r, w, a: r - a * w, lambda r, w, a: r, r, product, alpha)
 
@@ -147,7 +132,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     ok, code, alpha = curvature_test(s.p, product, s.gamma, c.rcond)
     diff = select(ok, alpha * s.p, s.diff)
     y = select(ok, s.y + diff, s.y)
-    r = _updated(ok, s.r, product, alpha)
+    r = _updated(ok, s.r, product, alpha, solver.in_cond(s.r))
     measured = c.measured(y, r, diff)
     m = measured[1]
     # A check where the updated residual passes the test; a refresh every
@@ -234,156 +219,3 @@ def inline_solve(
         return (s.mode == STEP) & (jnp.real(s.gamma) > 0) & (s.step < max_steps)
 
     return lax.while_loop(continues, ft.partial(_inline_step, constants), init)
-
-
-def _constant_bytes(operator: lx.AbstractLinearOperator) -> int:
-    """Bytes of the arrays `operator` holds that are not traced: constants of the
-    program that every copy of its `mv` reads as such."""
-    leaves = jtu.tree_leaves(operator, is_leaf=is_leaf_array)
-    return sum(array_bytes(x) for x in leaves if is_leaf_array(x) and not is_tracer(x))
-
-
-def _copy_compile(operator: lx.AbstractLinearOperator, model: CostModel) -> float:
-    """Seconds to compile one more copy of `operator.mv`: its operations, and the
-    constants it holds (its untraced arrays, and those its function closes over);
-    infinite where that is not known without tracing a function of the user's
-    again (a lineax operator that holds one)."""
-    if isinstance(operator, lx.TaggedLinearOperator) and not isinstance(
-        operator, AbstractDispatchOperator
-    ):
-        return _copy_compile(operator.operator, model)
-    constants = _constant_bytes(operator)
-    if isinstance(operator, (lx.DiagonalLinearOperator, lx.IdentityLinearOperator)):
-        ops = model.compile_per_op
-    elif isinstance(operator, EXPLICIT_OPERATORS):
-        ops = model.matmul_site
-    elif not isinstance(operator, AbstractDispatchOperator):
-        return math.inf
-    else:
-        o = observe(operator, memory_budget=0)
-        ops = model.matmul_site if o.explicit else mv_compile(o, model)
-        constants += 0 if o.explicit else mv_cost(operator).constant_bytes
-    return ops + constants * model.compile_per_constant_byte
-
-
-class LayoutRef(_Unkeyed):
-    """What `lxd.jit` needs to decide a CG solve's layout again for the trips of
-    the loops around it, carried in the solver's state (equal to every other: no
-    part of a jit cache key): the layout taken, the seconds the inline layout
-    saves over the runs counted (`saved`) and costs to compile (`compile_s`), and
-    the solve's `(user line, operator key)` (`None` outside `lxd.jit`)."""
-
-    __slots__ = ("layout", "saved", "compile_s", "site")
-
-    def __init__(self, layout: str, saved: float, compile_s: float, site: Any):
-        self.layout = layout
-        self.saved = saved
-        self.compile_s = compile_s
-        self.site = site
-
-
-def choose_layout(
-    solver: "CG",
-    operator: lx.AbstractLinearOperator,
-    prepared: lx.AbstractLinearOperator,
-    preconditioner: lx.AbstractLinearOperator | None,
-    executions: float = 1.0,
-) -> tuple[str, tuple[str, ...], str, float, float]:
-    """CG's layout for a solve of `prepared` (the operator as its loop applies it;
-    `operator` as the user gave it, whose `Auto` policy holds the expected runs
-    and the cost model): `"inline"` where the passes it saves over `runs` solves
-    take longer than its two further copies of `mv` (and of the preconditioner's
-    `mv`, one, or two where the stopping test and `gamma` are one reduction and
-    taken with each residual) take to compile, else `"one_site"`.
-
-    The passes saved: a refresh every `stabilise_every` of the solve's expected
-    steps (`expected_iterations`), and the final check; each costs the one-site
-    loop `refresh_pass` plus reading and writing its ten vectors. An operator that
-    is not `Auto` is taken to run as many times as `Auto`'s default, and the
-    solve `executions` times a run (the trips of the loops around it, where
-    `lxd.jit` found them).
-
-    **Returns:**
-
-    `(layout, reasons, source, saved, compile_s)`: `"inline"` or `"one_site"`,
-    sentences explaining it, where the cost model's constants came from, and the
-    seconds the inline layout saves over the runs and costs to compile (infinite
-    where not known or not costed).
-    """
-    policy = getattr(operator, "policy", None)
-    if isinstance(policy, Auto):
-        runs, model = policy.runs, policy.model()
-    else:
-        runs, model = Auto().runs, machine_cost_model()
-    runs = runs * executions
-    n = prepared.in_size()
-    steps = expected_iterations(solver.max_steps, n)
-    passes = int(solver.has_scale)
-    if solver.stabilise_every is not None:
-        passes += steps // solver.stabilise_every
-    vectors = 10 * vector_bytes(n, itemsize(prepared))
-    saved = runs * passes * (model.refresh_pass + vectors / read_rate(vectors, model))
-    saving = (
-        f"The inline layout would save {passes} passes a solve (~{steps} steps "
-        f"expected), ~{saved:.3g} s over {runs:g} runs"
-    )
-    # Costing the copies traces nothing new but takes time: only where the saving
-    # may repay them, or where `lxd.jit` may decide again for the loops around.
-    fixed = model.inline_compile
-    if solver.fused_test(n):
-        fixed += model.fused_test_compile
-    if saved <= fixed and current_session() is None:
-        reason = f"{saving}: less than its fixed compile (~{fixed:.3g} s)."
-        return "one_site", (reason,), model.source, saved, math.inf
-    compile_s = fixed + 2 * _copy_compile(prepared, model)
-    if preconditioner is not None:
-        copies = 2 if solver.fused_test(n) else 1
-        compile_s += copies * _copy_compile(preconditioner, model)
-    if not math.isfinite(compile_s):
-        reason = (
-            f"{saving}; the compile time of its copies is not known without "
-            "tracing a function of the user's again (a lineax operator that holds "
-            "one): one site."
-        )
-        return "one_site", (reason,), model.source, saved, compile_s
-    layout = "inline" if saved > compile_s else "one_site"
-    reason = (
-        f"{saving}; its further copies of `mv` cost ~{compile_s:.3g} s to compile: "
-        f"{'inline' if layout == 'inline' else 'one site'}."
-    )
-    return layout, (reason,), model.source, saved, compile_s
-
-
-def auto_layout(
-    solver: "CG",
-    given: lx.AbstractLinearOperator,
-    prepared: lx.AbstractLinearOperator,
-    options: dict[str, Any],
-) -> tuple:
-    """The layout `layout="auto"` takes for a solve (see `choose_layout`), with
-    its `ChoiceRef` (for `lxd.explain`) and `LayoutRef` (for `lxd.jit`), as CG's
-    state carries them. Under `lxd.jit`, a second trace may be told the trips of
-    the loops around the solve (`layout_hint`, by its line and operator kind).
-
-    **Returns:**
-
-    `(layout, ChoiceRef, LayoutRef)`.
-    """
-    site = None
-    if current_session() is not None and isinstance(given, AbstractDispatchOperator):
-        site = (user_site(), operator_key(given))
-    layout, reasons, source, saved, compile_s = choose_layout(
-        solver,
-        given,
-        prepared,
-        options.get("preconditioner"),
-        1.0 if site is None else layout_hint(site[1]),
-    )
-    choice = record_solver_choice(
-        type(given).__name__,
-        f"{given.out_size()}x{given.in_size()}",
-        f"CG ({layout.replace('_', '-')} layout)",
-        reasons,
-        source,
-    )
-    return layout, ChoiceRef(choice), LayoutRef(layout, saved, compile_s, site)

@@ -19,7 +19,8 @@ from jaxtyping import Array, Bool, PyTree
 from ._flat import all_finite, flat_mv, Flattener, result_dtype, select
 
 
-# From this many unknowns on, `System.updated_residual` updates in a `lax.cond`.
+# Below this many unknowns `System.updated_residual` is as fast without a `lax.cond`
+# (and CG's `residual_update="auto"` takes none).
 UPDATE_IN_COND = 4096
 
 
@@ -64,22 +65,23 @@ class System(eqx.Module):
         product: Array,
         r: Array,
         coef: Array,
+        in_cond: bool,
     ) -> Array:
         """From a pass's `(out, product) = apply_split(x, residual)`: the residual
         `out` where `residual` is true, else `r - coef * product`.
 
-        A select between the two, except for the plain system from
-        `UPDATE_IN_COND` unknowns on: there a `lax.cond` whose branches read
-        `N x` (the `mv`'s output) as computed, `c - N x` or `r - coef N x`. As a
-        select, XLA:CPU fuses the `mv`'s own operations into the update and
-        computes them a second time there. Measured by `python -m
-        benchmarks.steady` (CG on a 2-D five-point stencil, float32, 2 cores): at
-        n = 4096 and 16384 a solve took 1.41x and 1.81x lineax's time with the
-        select, 1.07x with the `cond`; at n = 1024 the select is as fast (0.91x),
-        and the `cond` costs 5-10% more compile.
+        A select between the two, except for the plain system where `in_cond`:
+        there a `lax.cond` whose branches read `N x` (the `mv`'s output) as
+        computed, `c - N x` or `r - coef N x`. As a select, XLA:CPU fuses the
+        `mv`'s own operations into the update and computes them a second time
+        there. Measured by `python -m benchmarks.steady` (CG on a 2-D five-point
+        stencil, float32, 2 cores): at n = 4096 and 16384 a solve took 1.41x and
+        1.81x lineax's time with the select, 1.07x with the `cond`; at n = 1024
+        the select is as fast (0.91x). The `cond` costs 14-22 ms more compile
+        (CG's `residual_update` weighs the two: `solvers/_cg_choice.py`).
         """
         rhs = self.rhs
-        if self.split is None or rhs is None or product.size < UPDATE_IN_COND:
+        if self.split is None or rhs is None or not in_cond:
             return select(residual, out, r - coef * product)
         return lax.cond(
             residual,
