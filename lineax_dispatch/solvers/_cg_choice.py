@@ -39,15 +39,22 @@ def _constant_bytes(operator: lx.AbstractLinearOperator) -> int:
     return sum(array_bytes(x) for x in leaves if is_leaf_array(x) and not is_tracer(x))
 
 
+def _untagged(operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
+    """`operator` without lineax's own `TaggedLinearOperator` wrappers (ours
+    subclass it and are kept)."""
+    while isinstance(operator, lx.TaggedLinearOperator) and not isinstance(
+        operator, AbstractDispatchOperator
+    ):
+        operator = operator.operator
+    return operator
+
+
 def _copy_compile(operator: lx.AbstractLinearOperator, model: CostModel) -> float:
     """Seconds to compile one more copy of `operator.mv`: its operations, and the
     constants it holds (its untraced arrays, and those its function closes over);
     infinite where that is not known without tracing a function of the user's
     again (a lineax operator that holds one)."""
-    if isinstance(operator, lx.TaggedLinearOperator) and not isinstance(
-        operator, AbstractDispatchOperator
-    ):
-        return _copy_compile(operator.operator, model)
+    operator = _untagged(operator)
     constants = _constant_bytes(operator)
     if isinstance(operator, (lx.DiagonalLinearOperator, lx.IdentityLinearOperator)):
         ops = model.compile_per_op
@@ -159,10 +166,7 @@ def _mv_run(operator: lx.AbstractLinearOperator, model: CostModel) -> float:
     """Seconds to run one `mv` of `operator` as the cost model estimates it;
     infinite where that is not known without tracing a function of the user's
     again (a lineax operator that holds one)."""
-    if isinstance(operator, lx.TaggedLinearOperator) and not isinstance(
-        operator, AbstractDispatchOperator
-    ):
-        return _mv_run(operator.operator, model)
+    operator = _untagged(operator)
     if not isinstance(operator, (AbstractDispatchOperator, *EXPLICIT_OPERATORS)):
         return math.inf
     return mv_run(observe(operator, memory_budget=0), model)
@@ -223,7 +227,11 @@ def cg_choices(
     trace may be told the trips of the loops around the solve (`layout_hint`, by
     its line and operator kind), for both choices."""
     site, executions = None, 1.0
-    if current_session() is not None and isinstance(given, AbstractDispatchOperator):
+    if (
+        "auto" in (solver.layout, solver.residual_update)
+        and current_session() is not None
+        and isinstance(given, AbstractDispatchOperator)
+    ):
         site = (user_site(), operator_key(given))
         executions = layout_hint(site[1])
     update, why = solver.residual_update, ()
