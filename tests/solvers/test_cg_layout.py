@@ -3,7 +3,9 @@ CG writes it), the same iterates in either, and `layout="auto"`'s choice between
 them. (Both layouts also run the solver suites: `cg` and `cg-inline` in
 helpers/solver_problems.py.)"""
 
+import equinox.internal as eqxi
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 
 import lineax_dispatch as lxd
 from lineax_dispatch.solvers.one_site._base import FUSED_TEST_BELOW
+from lineax_dispatch.solvers.one_site._flat import branch_select
 from lineax_dispatch.solvers.one_site._system import UPDATE_IN_COND
 
 
@@ -191,6 +194,28 @@ def test_both_layouts_take_the_same_steps_to_the_same_solution(
         residual = np.abs(np.asarray(jax.vmap(lambda x: a @ x)(values) - bs))
         assert np.all(residual <= 3 * (tol + tol * np.abs(np.asarray(bs)))), k
         assert np.all(np.abs(np.asarray(steps) - int(one[1])) <= 3), k
+
+
+def test_the_true_residuals_select_keeps_each_vectors_own_residual_under_vmap():
+    # The inline layout's `cond` runs its true-residual branch where any vector of
+    # a batch needs it; there each vector takes the true residual only where it
+    # needs one itself. Unbatched, the branch runs only where it is needed.
+    need = jnp.array([True, False, True])
+    true, kept = jnp.ones((3, 4)), jnp.zeros((3, 4))
+
+    def branch(need, true, kept):
+        some = eqxi.nonbatchable(eqxi.unvmap_any(need))
+        return lax.cond(some, branch_select, lambda *a: a[2], need, true, kept)
+
+    expected = np.where(np.asarray(need)[:, None], 1.0, 0.0) * np.ones((3, 4))
+    np.testing.assert_array_equal(jax.jit(jax.vmap(branch))(need, true, kept), expected)
+    np.testing.assert_array_equal(jax.vmap(branch_select)(need, true, kept), expected)
+    one = jax.vmap(branch_select, in_axes=(0, None, 0))(need, true[0], kept)
+    np.testing.assert_array_equal(one, expected)
+    # A predicate the batch shares, or none: the true residual.
+    shared = jax.vmap(branch_select, in_axes=(None, 0, 0))(jnp.array(True), true, kept)
+    np.testing.assert_array_equal(shared, np.ones((3, 4)))
+    np.testing.assert_array_equal(jax.jit(branch)(need[0], true[0], kept[0]), true[0])
 
 
 def test_constants_of_the_program_make_each_copy_dearer():

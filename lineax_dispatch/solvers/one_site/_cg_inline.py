@@ -28,7 +28,7 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import dot, select
+from ._flat import branch_select, dot, select
 from ._system import System
 
 
@@ -116,8 +116,8 @@ class _Inline(NamedTuple):
         # Under `vmap` the branch runs where any vector of the batch needs it:
         # the others keep their updated residual.
         *measured, recompute = measured_and_recompute
-        r = select(recompute, self.system.apply(y, jnp.array(True)), measured[0])
-        return self.measured(y, r, diff)
+        true = self.system.apply(y, jnp.array(True))
+        return self.measured(y, branch_select(recompute, true, measured[0]), diff)
 
 
 def _kept(y, diff, *measured_and_recompute):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jaxtyping import Array, PyTree, Shaped
 
 from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
@@ -160,6 +161,33 @@ def select(pred: Array, on_true: Any, on_false: Any) -> Array:
     if not isinstance(on_false, jax.Array):
         on_false = np.asarray(on_false, on_true.dtype)
     return lax.select(pred, on_true, on_false)
+
+
+@custom_vmap
+def branch_select(pred: Array, on_true: Array, on_false: Array) -> Array:
+    """`select(pred, on_true, on_false)` in a `lax.cond` branch that runs only
+    where `pred` holds for some vector of a batch (its predicate
+    `nonbatchable(unvmap_any(pred))`): unbatched, `pred` holds wherever the branch
+    runs, so this is `on_true`; under `vmap` (a batched `pred`), the select, each
+    vector keeping its own operand.
+
+    XLA:CPU cannot know the unbatched select is `on_true`: in CG's inline layout
+    a `cond` reading the residual through it ran 4-5% slower a solve (2-D
+    stencil, 16384 unknowns, 75 steps), though the branch ran a tenth of them."""
+    del pred, on_false
+    return on_true
+
+
+@branch_select.def_vmap
+def _branch_select_batched(
+    axis_size: int, in_batched: list[bool], pred, on_true, on_false
+) -> tuple[Array, bool]:
+    del axis_size
+    pred_batched, true_batched, false_batched = in_batched
+    if not pred_batched:
+        return on_true, true_batched
+    axes = (0, 0 if true_batched else None, 0 if false_batched else None)
+    return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
