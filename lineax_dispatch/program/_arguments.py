@@ -152,6 +152,11 @@ class StaticSpec:
         self._parameters: list[str] | None = None
         self._by_count: dict[int, tuple[frozenset, frozenset]] = {}
 
+    @property
+    def any_static(self) -> bool:
+        """Whether any argument is static whole."""
+        return bool(self._nums or self._names)
+
     def _read_parameters(self) -> list[str]:
         if self._parameters is None:
             try:
@@ -178,6 +183,20 @@ class StaticSpec:
                     names.add(parameters[num])
         found = self._by_count[count] = (frozenset(nums), frozenset(names))
         return found
+
+
+def array_signature(args: tuple) -> tuple | None:
+    """The key of a call whose arguments are all bare `jax.Array`s, positional,
+    none static: each one's shape, dtype and weak type (what `split_arguments`
+    keys them by). `None` where an argument is something else: a NumPy array or
+    number, a PyTree."""
+    try:
+        return tuple(
+            (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
+            for x in args
+        )
+    except AttributeError:  # a tracer's aval has no `weak_type` attribute here
+        return None
 
 
 def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:

@@ -123,6 +123,11 @@ class Program:
             self._callbacks = calls_back_to_host(self._compiled)
         return self._compiled(*args, **kwargs)
 
+    def call(self, *args, **kwargs):
+        """The compiled program called as it is (compiled: see `plain`)."""
+        assert self._compiled is not None
+        return self._compiled(*args, **kwargs)
+
     @property
     def plain(self) -> bool:
         """Whether a call can go straight to the compiled program, as `jax.jit`'s

@@ -117,3 +117,39 @@ def test_a_numpy_array_changed_in_place_is_a_new_static_argument():
     np.testing.assert_array_equal(f(x, w), np.ones(3))
     w[:] = 5.0
     np.testing.assert_array_equal(f(x, w), 5 * np.ones(3))
+
+
+def test_repeated_calls_with_arrays_of_other_signatures_are_traced_again():
+    """A call with the bare arrays of the last call's signature goes straight to its
+    compiled program; any other call (shape, dtype, weak type, a NumPy array, a
+    keyword) is split and keyed as before: one trace per signature."""
+    traces = []
+
+    def f(x, y=None):
+        traces.append((x.shape, jnp.dtype(x.dtype).name, x.weak_type))
+        return (x * 2, "tag") if y is None else x + y
+
+    g = lxd.jit(f)
+    x = jnp.arange(3.0)
+    for _ in range(3):
+        out, tag = g(x)
+        np.testing.assert_array_equal(out, 2 * x)
+        assert tag == "tag"
+    # x's shape and dtype, weakly typed.
+    weak = jnp.broadcast_to(jax.jit(lambda: 2.0)(), (3,))
+    assert weak.weak_type and weak.dtype == x.dtype
+    others = [jnp.arange(4.0), jnp.arange(3, dtype=jnp.int32), weak, x]
+    for y in others:
+        for _ in range(2):
+            np.testing.assert_array_equal(g(y)[0], 2 * y)
+            assert g(y)[0].weak_type == y.weak_type
+    np.testing.assert_array_equal(g(np.arange(3.0))[0], 2 * np.arange(3.0))
+    np.testing.assert_array_equal(g(x, y=x), 2 * x)
+    np.testing.assert_array_equal(g(x)[0], 2 * x)
+    name = jnp.dtype(x.dtype).name
+    expected = [(3,), (4,), (3,), (3,), (3,)]
+    assert [t[0] for t in traces] == expected
+    assert traces[2][1] == "int32" and traces[3][2] and traces[4] == ((3,), name, False)
+    # Under a trace: the program as a function that the trace transforms.
+    np.testing.assert_array_equal(jax.vmap(lambda v: g(v)[0])(jnp.ones((2, 3))), 2.0)
+    np.testing.assert_array_equal(jax.grad(lambda v: g(v)[0].sum())(x), 2.0)
