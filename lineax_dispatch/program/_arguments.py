@@ -257,6 +257,11 @@ class OutputBox:
         self._arrays_only = not jtu.tree_leaves(static)
         return dynamic
 
+    @property
+    def arrays_only(self) -> bool:
+        """Whether every output leaf is an array (`combine` returns its input)."""
+        return self._arrays_only
+
     def combine(self, dynamic: Any) -> Any:
         if self._arrays_only:
             return dynamic

@@ -123,10 +123,11 @@ class Program:
             self._callbacks = calls_back_to_host(self._compiled)
         return self._compiled(*args, **kwargs)
 
-    def call(self, *args, **kwargs):
-        """The compiled program called as it is (compiled: see `plain`)."""
-        assert self._compiled is not None
-        return self._compiled(*args, **kwargs)
+    @property
+    def executable(self) -> Any:
+        """The compiled program (a `jax.stages.Compiled`), or `None` before its
+        first call."""
+        return self._compiled
 
     @property
     def plain(self) -> bool:

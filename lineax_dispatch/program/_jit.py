@@ -46,8 +46,8 @@ class CompileAware:
             fun, jit_kwargs.get("static_argnums"), jit_kwargs.get("static_argnames")
         )
         self._compiled: dict[Any, Compiled] = {}
-        # The last compiled program called with bare arrays: `(signature, call,
-        # box)` (see `__call__`).
+        # The last compiled program called with bare arrays: `(signature,
+        # executable, output box or None where the output is all arrays)`.
         self._last: tuple | None = None
         functools.update_wrapper(self, fun)
 
@@ -116,7 +116,7 @@ class CompileAware:
             # before each dispatch, which cost repeated cheap solves 2-7%).
             signature, call, box = last
             if array_signature(args) == signature:
-                return box.combine(call(*args))
+                return call(*args) if box is None else box.combine(call(*args))
         split = self.split(args, kwargs)
         entry = self._compiled.get(split.key)
         if entry is not None and entry.program.plain and outside:
@@ -142,7 +142,8 @@ class CompileAware:
             return
         signature = array_signature(args)
         if signature is not None and None not in signature:
-            self._last = (signature, entry.program.call, entry.box)
+            box = None if entry.box.arrays_only else entry.box
+            self._last = (signature, entry.program.executable, box)
 
     def __repr__(self) -> str:
         return f"lxd.jit({self._fun!r})"
