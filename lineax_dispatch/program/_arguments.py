@@ -185,18 +185,15 @@ class StaticSpec:
         return found
 
 
-def array_signature(args: tuple) -> tuple | None:
+def array_signature(args: tuple) -> tuple:
     """The key of a call whose arguments are all bare `jax.Array`s, positional,
     none static: each one's shape, dtype and weak type (what `split_arguments`
-    keys them by). `None` where an argument is something else: a NumPy array or
-    number, a PyTree."""
-    try:
-        return tuple(
-            (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
-            for x in args
-        )
-    except AttributeError:  # a tracer's aval has no `weak_type` attribute here
-        return None
+    keys them by), with `None` for an argument that is something else (a NumPy
+    array or number, a PyTree)."""
+    return tuple(
+        (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
+        for x in args
+    )
 
 
 def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:

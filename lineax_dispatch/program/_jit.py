@@ -141,7 +141,7 @@ class CompileAware:
         if kwargs or self._spec.any_static:
             return
         signature = array_signature(args)
-        if signature is not None and None not in signature:
+        if None not in signature:
             box = None if entry.box.arrays_only else entry.box
             self._last = (signature, entry.program.executable, box)
 
