@@ -10,18 +10,22 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 from jaxtyping import Array, Bool, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ..._validate import as_int, as_real, check_tolerance
 from ...policies.calls._session import own_code
 from .._prepare import expected_iterations, resolve_for_solve
+from .._results import finish_result, results_where
 from ._flat import (
     conj_options,
+    constant,
     dot,
     Flattener,
     keep_conj,
     preconditioner_and_y0,
+    quotient,
     transpose_options,
 )
 from ._system import flat_preconditioner, plain_system, System
@@ -253,8 +257,18 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
     def _y_scale(self, system: System, state: _Residuals) -> Array:
         """`atol + rtol * |y|`, elementwise: the scale of the update's test."""
+        return self._tolerance(system.total(state.y))
+
+    def _tolerance(self, x: Array) -> Array:
+        """`atol + rtol * |x|`, elementwise. With Python numbers for tolerances (as
+        given almost always), in `lax` functions at `|x|`'s dtype (see
+        `constant`); else (NumPy or traced tolerances) as `jax.numpy` promotes."""
+        magnitude = lax.abs(x)
+        if type(self.atol) in (float, int) and type(self.rtol) in (float, int):
+            rtol = lax.mul(constant(self.rtol, magnitude), magnitude)
+            return lax.add(constant(self.atol, magnitude), rtol)
         with jax.numpy_dtype_promotion("standard"):
-            return self.atol + self.rtol * jnp.abs(system.total(state.y))
+            return self.atol + self.rtol * magnitude
 
     def test_measure(self, system: System, state: _Residuals) -> Scalar:
         """The larger of `not_converged`'s two measures: the residual `state.r` and
@@ -293,11 +307,11 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         if not self.fused_test(system.flat.size):
             return self.test_measure(system, state), dot(z, state.r)
         terms = self._max_terms(system, state)
-        products = jnp.conj(z) * state.r
+        products = lax.mul(lax.conj(z) if jnp.iscomplexobj(z) else z, state.r)
         return lax.reduce(
             (terms, products),
-            (jnp.array(-jnp.inf, terms.dtype), jnp.zeros((), products.dtype)),
-            lambda a, b: (jnp.maximum(a[0], b[0]), a[1] + b[1]),
+            (constant(-np.inf, terms), constant(0, products)),
+            _max_and_sum,
             (0,),
         )
 
@@ -308,10 +322,10 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     def _max_terms(self, system: System, state: _Residuals) -> Array:
         """The elementwise larger of the residual and the update, each in units of
         its tolerance: `max_norm`'s test is their maximum."""
-        y_scale = self._y_scale(system, state)
-        with jax.numpy_dtype_promotion("standard"):
-            residual = jnp.abs(state.r) / state.b_scale
-            return jnp.maximum(residual, jnp.abs(state.diff) / y_scale)
+        residual = quotient(lax.abs(state.r), state.b_scale)
+        return lax.max(
+            residual, quotient(lax.abs(state.diff), self._y_scale(system, state))
+        )
 
     def residual_norm(self, system: System, state: _Residuals) -> Scalar:
         """The residual `state.r` measured by `norm` in units of its tolerance
@@ -322,8 +336,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
     def b_scale(self, b: Array) -> Array:
         """`atol + rtol * |b|`, elementwise: the scale of lineax's residual test."""
-        with jax.numpy_dtype_promotion("standard"):
-            return self.atol + self.rtol * jnp.abs(b)
+        return self._tolerance(b)
 
     def steps_result(self, hit: Bool[Array, ""]) -> lx.RESULTS:
         """The result of a loop that ran out of steps short of convergence where
@@ -331,9 +344,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         bound of 10x the size was hit) and `max_steps_reached` when the user set
         `max_steps`."""
         if self.max_steps is None:
-            return lx.RESULTS.where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
+            return results_where(hit, lx.RESULTS.singular, lx.RESULTS.successful)
         if self.has_scale:
-            return lx.RESULTS.where(
+            return results_where(
                 hit, lx.RESULTS.max_steps_reached, lx.RESULTS.successful
             )
         return lx.RESULTS.successful
@@ -369,29 +382,17 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         The flat solution (with the system's offset added), the result and the
         stats (`num_steps`, `max_steps`).
         """
-        result = self.steps_result((state.step >= max_steps) & not_converged)
+        hit = lax.ge(state.step, constant(max_steps, state.step))
+        result = self.steps_result(lax.bitwise_and(hit, not_converged))
         for where, code in codes:
-            result = lx.RESULTS.where(where, code, result)
+            result = results_where(where, code, result)
         result = finish_result(result, finite_input, breakdown, finite_state)
         stats = {"num_steps": state.step, "max_steps": self.max_steps}
         return system.total(state.y), result, stats
 
 
-def finish_result(
-    result: lx.RESULTS,
-    finite_input: Array,
-    breakdown: Array | None = None,
-    finite_state: Array | None = None,
-) -> lx.RESULTS:
-    """Applies, in increasing order of precedence, breakdown and non-finite input.
-
-    `finite_state` says whether the loop's final state (its iterate and the scalars
-    its stopping test read) is finite: an operator holding NaN or inf makes the
-    first residual non-finite, every comparison with it false, and the loop stop
-    at once with an untouched iterate, which must not pass for a solution.
-    """
-    if breakdown is not None:
-        result = lx.RESULTS.where(breakdown, lx.RESULTS.breakdown, result)
-    if finite_state is not None:
-        finite_input = finite_input & finite_state
-    return lx.RESULTS.where(finite_input, result, lx.RESULTS.nonfinite_input)
+def _max_and_sum(a: tuple, b: tuple) -> tuple:
+    """The reduction of `measure_and_dot`: the larger of the terms, the sum of the
+    products. One function for every solve, so that JAX traces it once (it caches
+    a reduction's computation by the function)."""
+    return lax.max(a[0], b[0]), lax.add(a[1], b[1])

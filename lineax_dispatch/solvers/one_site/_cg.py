@@ -9,6 +9,7 @@ import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
@@ -27,7 +28,18 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import conj_options, keep_conj, keep_linearise, select, transpose_options
+from ._flat import (
+    both,
+    conj_options,
+    constant,
+    either,
+    keep_conj,
+    keep_linearise,
+    negated,
+    real_part,
+    select,
+    transpose_options,
+)
 from ._system import System, UPDATE_IN_COND
 
 
@@ -77,9 +89,11 @@ class _Outcome(NamedTuple):
 def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
     """The loop's condition: a residual pass is pending, or an ordinary step may
     be taken (`gamma` positive and steps left)."""
-    iterate = (jnp.real(s.gamma) > 0) & (s.step < max_steps)
-    pending = s.mode > STEP
-    return pending | ((s.mode == STEP) & iterate)
+    gamma = real_part(s.gamma)
+    iterate = both(
+        lax.gt(gamma, constant(0, gamma)), lax.lt(s.step, constant(max_steps, s.step))
+    )
+    return either(lax.gt(s.mode, STEP), both(lax.eq(s.mode, STEP), iterate))
 
 
 class CG(AbstractOneSiteSolver[_CGState]):
@@ -252,7 +266,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         out, new, outcome = self._step(system, rcond, s)
         # Only the first pass starts with `gamma == 0`: a later pass runs on a
         # positive `gamma`, or refreshes the residual keeping such a one.
-        first = s.gamma == 0
+        first = lax.eq(s.gamma, constant(0, s.gamma))
         b_scale, _ = system.from_first_residual(
             first, out, self.b_scale, (s.b_scale, jnp.array(True))
         )
@@ -260,18 +274,19 @@ class CG(AbstractOneSiteSolver[_CGState]):
         new = new._replace(b_scale=b_scale)
         # The stopping test and `gamma` in one reduction.
         measure, gamma_new = self.measure_and_dot(system, new, z)
-        beta = select(first, 0, gamma_new / select(first, 1, s.gamma))
+        beta = select(first, 0, lax.div(gamma_new, select(first, 1, s.gamma)))
         mode, failed = self._next_mode(s, outcome, measure)
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
-        advance = mode == STEP
-        p_new = select(advance, z + beta * s.p, s.p)
+        advance = lax.eq(mode, STEP)
+        p_new = select(advance, lax.add(z, lax.mul(beta, s.p)), s.p)
+        measure = lax.convert_element_type(measure, s.checked.dtype)
         return new._replace(
             p=p_new,
-            v=select(mode > STEP, new.y, p_new),
+            v=select(lax.gt(mode, STEP), new.y, p_new),
             gamma=select(advance, gamma_new, s.gamma),
             mode=mode,
-            checked=select(failed, measure.astype(s.checked.dtype), s.checked),
+            checked=select(failed, measure, s.checked),
         )
 
     def _step(
@@ -285,25 +300,26 @@ class CG(AbstractOneSiteSolver[_CGState]):
         iterate, residual, update and step count after the pass, and how the pass
         went (`_Outcome`).
         """
-        pending = s.mode > STEP
+        pending = lax.gt(s.mode, STEP)
         p, gamma = s.p, s.gamma
         # The one application slot: the iterate on a residual step, else the
         # search direction. `out` is then the residual; `product` is `A p` on
         # an ordinary step (where it is read), the bare output of `mv`.
         out, product = system.apply_split(s.v, pending)
         ok, code, alpha = curvature_test(p, product, gamma, rcond)
-        step_taken = ~pending & ok
-        bad = ~pending & ~ok
-        diff = select(step_taken, alpha * p, s.diff)
-        y = select(step_taken, s.y + diff, s.y)
+        step_taken = both(negated(pending), ok)
+        bad = both(negated(pending), negated(ok))
+        diff = select(step_taken, lax.mul(alpha, p), s.diff)
+        y = select(step_taken, lax.add(s.y, diff), s.y)
         r = system.updated_residual(
             pending, out, product, s.r, select(step_taken, alpha, 0), self.in_cond(s.r)
         )
-        step = s.step + step_taken.astype(s.step.dtype)
+        step = lax.add(s.step, lax.convert_element_type(step_taken, s.step.dtype))
         if self.stabilise_every is None:
-            refresh = jnp.array(False)
+            refresh = np.bool_(False)
         else:
-            refresh = step_taken & (lax.rem(step, self.stabilise_every) == 0)
+            every = constant(self.stabilise_every, step)
+            refresh = both(step_taken, lax.eq(lax.rem(step, every), constant(0, step)))
         new = s._replace(y=y, r=r, diff=diff, step=step)
         return out, new, _Outcome(pending, step_taken, bad, code, refresh)
 
@@ -319,7 +335,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
         that `checked` records.
         """
         pending, step_taken = outcome.pending, outcome.step_taken
-        unconverged = ~(measure <= 1) if self.has_scale else jnp.array(True)
+        if self.has_scale:
+            unconverged = negated(lax.le(measure, constant(1, measure)))
+        else:
+            unconverged = np.bool_(True)
         # A step whose updated residual passes the test is checked: the next
         # pass computes the true residual `b - A y` (the updated one drifts
         # from it, and goes on shrinking below the dtype's precision), and the
@@ -327,15 +346,17 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # From the first failed check on, every residual pass that fails the
         # test (a check or a refresh) must have halved the true residual since
         # the one before, or the loop stops (`stagnation`).
-        check = step_taken & ~unconverged
+        check = both(step_taken, negated(unconverged))
         failed, stagnated = failed_tests(
-            pending, s.mode == CHECK, unconverged, measure, s.checked
+            pending, lax.eq(s.mode, CHECK), unconverged, measure, s.checked
         )
         refresh = outcome.refresh
-        next_pass = select(check, CHECK, select(refresh, RESIDUAL, STEP))
-        next_pass = select(pending & ~unconverged, CONVERGED, next_pass)
-        mode = select(stagnated, STAGNATED, next_pass)
-        return select(outcome.bad, outcome.code, mode), failed
+        next_pass = lax.select(check, CHECK, lax.select(refresh, RESIDUAL, STEP))
+        next_pass = lax.select(
+            both(pending, negated(unconverged)), CONVERGED, next_pass
+        )
+        mode = lax.select(stagnated, STAGNATED, next_pass)
+        return lax.select(outcome.bad, outcome.code, mode), failed
 
     def _loop_end(
         self, system: System, s: _Loop | InlineLoop, max_steps: int

@@ -16,11 +16,11 @@ each."""
 
 from typing import Any
 
-import jax.numpy as jnp
+import jax.lax as lax
 import numpy as np
 from jaxtyping import Array, Bool
 
-from ._flat import dot, select
+from ._flat import both, constant, dot, either, negated, real_part, select
 
 
 STEP, RESIDUAL, CHECK = np.int32(0), np.int32(1), np.int32(2)
@@ -59,8 +59,10 @@ def failed_tests(
     `(failed, stagnated)`: whether the test failed and `checked` records it, and
     whether the solve stops with `stagnation`.
     """
-    failed = tested & unconverged & (check | jnp.isfinite(checked))
-    return failed, failed & ~(measure <= CHECK_PROGRESS * checked)
+    failed = both(both(tested, unconverged), either(check, lax.is_finite(checked)))
+    progress = lax.mul(constant(CHECK_PROGRESS, checked), checked)
+    measure = lax.convert_element_type(measure, checked.dtype)
+    return failed, both(failed, negated(lax.le(measure, progress)))
 
 
 def curvature_test(
@@ -82,8 +84,9 @@ def curvature_test(
     `CURVATURE_ZERO`), and the step length `gamma / p^H A p`.
     """
     curvature = dot(p, product)
-    threshold = 100 * rcond * jnp.abs(gamma)
-    ok = jnp.real(curvature) > threshold
-    negative = jnp.real(curvature) < -threshold
-    code = select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
-    return ok, code, gamma / select(ok, curvature, 1)
+    magnitude = lax.abs(gamma)
+    threshold = lax.mul(constant(100 * rcond, magnitude), magnitude)
+    ok = lax.gt(real_part(curvature), threshold)
+    negative = lax.lt(real_part(curvature), lax.neg(threshold))
+    code = lax.select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
+    return ok, code, lax.div(gamma, select(ok, curvature, 1))

@@ -163,6 +163,45 @@ def select(pred: Array, on_true: Any, on_false: Any) -> Array:
     return lax.select(pred, on_true, on_false)
 
 
+def constant(value: Any, like: Array) -> np.ndarray:
+    """`value` as a NumPy constant of `like`'s dtype, for the `lax` functions a
+    solver's loop calls on its scalars (`lax.gt`, `lax.mul`...: operands of one
+    dtype, no promotion). Each operator of a traced array (`x > 0`, `a & b`) goes
+    through `jax.numpy`'s jitted function of it, about 20 us of tracing where the
+    `lax` function takes 8; a solver's loop is traced twice per solve (by the
+    solve and by its lowering), and its scalar logic is most of its equations."""
+    return np.asarray(value, like.dtype)
+
+
+def real_part(x: Array) -> Array:
+    """`jnp.real(x)`: `x` itself where it is real, with no equation."""
+    return lax.real(x) if jnp.iscomplexobj(x) else x
+
+
+def quotient(a: Array, b: Array) -> Array:
+    """`a / b`, as `lax.div` where both have one dtype (see `constant`), else as
+    `jax.numpy` promotes."""
+    if a.dtype == b.dtype:
+        return lax.div(a, b)
+    with jax.numpy_dtype_promotion("standard"):
+        return a / b
+
+
+def both(a: Array, b: Array) -> Array:
+    """`a & b` of booleans, as `lax.bitwise_and` (see `constant`)."""
+    return lax.bitwise_and(a, b)
+
+
+def either(a: Array, b: Array) -> Array:
+    """`a | b` of booleans, as `lax.bitwise_or` (see `constant`)."""
+    return lax.bitwise_or(a, b)
+
+
+def negated(a: Array) -> Array:
+    """`~a` of a boolean, as `lax.bitwise_not` (see `constant`)."""
+    return lax.bitwise_not(a)
+
+
 @custom_vmap
 def branch_select(pred: Array, on_true: Array, on_false: Array) -> Array:
     """`select(pred, on_true, on_false)` in a `lax.cond` branch that runs only

@@ -18,7 +18,8 @@ from lineax.internal import two_norm
 
 from ...operators._sharding import explicit_sharding
 from ...policies.calls._session import own_code
-from ._base import AbstractOneSiteSolver, finish_result
+from .._results import finish_result
+from ._base import AbstractOneSiteSolver
 from ._flat import (
     flat_mv,
     Flattener,
