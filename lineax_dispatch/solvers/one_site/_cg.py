@@ -18,12 +18,12 @@ from .._cg_choice import cg_choices
 from ._base import AbstractOneSiteSolver
 from ._cg_inline import inline_solve, InlineLoop, LAYOUTS, UPDATES
 from ._cg_modes import (
-    CHECK,
     CONVERGED,
     CURVATURE_NEGATIVE,
     curvature_test,
     CURVATURE_ZERO,
-    failed_tests,
+    next_mode,
+    Outcome,
     RESIDUAL,
     STAGNATED,
     STEP,
@@ -71,19 +71,6 @@ class _Loop(NamedTuple):
     mode: Int[Array, ""]
     checked: Array
     b_scale: Array
-
-
-class _Outcome(NamedTuple):
-    """How a pass went: whether it was a residual pass (`pending`), an ordinary
-    step whose curvature `p^T A p` passed (`step_taken`) or failed (`bad`, to stop
-    with `code`), and whether the step taken makes the next pass a residual
-    refresh (`refresh`)."""
-
-    pending: Bool[Array, ""]
-    step_taken: Bool[Array, ""]
-    bad: Bool[Array, ""]
-    code: Int[Array, ""]
-    refresh: Bool[Array, ""]
 
 
 def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
@@ -262,7 +249,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
     ) -> _Loop:
         """The loop body: one pass through the `mv` slot (`_step`), the
         preconditioned residual and `gamma`, then the next search direction and
-        the next pass (`_next_mode`)."""
+        the next pass (`next_mode`)."""
         out, new, outcome = self._step(system, rcond, s)
         # Only the first pass starts with `gamma == 0`: a later pass runs on a
         # positive `gamma`, or refreshes the residual keeping such a one.
@@ -275,7 +262,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # The stopping test and `gamma` in one reduction.
         measure, gamma_new = self.measure_and_dot(system, new, z)
         beta = select(first, 0, lax.div(gamma_new, select(first, 1, s.gamma)))
-        mode, failed = self._next_mode(s, outcome, measure)
+        mode, failed = next_mode(s.mode, s.checked, outcome, measure, self.has_scale)
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
         advance = lax.eq(mode, STEP)
@@ -291,14 +278,14 @@ class CG(AbstractOneSiteSolver[_CGState]):
 
     def _step(
         self, system: System, rcond: float, s: _Loop
-    ) -> tuple[Array, _Loop, _Outcome]:
+    ) -> tuple[Array, _Loop, Outcome]:
         """The pass through the `mv` slot and the step it takes.
 
         **Returns:**
 
         The slot's output `out` (the residual on a residual pass), `s` with the
         iterate, residual, update and step count after the pass, and how the pass
-        went (`_Outcome`).
+        went (`Outcome`).
         """
         pending = lax.gt(s.mode, STEP)
         p, gamma = s.p, s.gamma
@@ -321,42 +308,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             every = constant(self.stabilise_every, step)
             refresh = both(step_taken, lax.eq(lax.rem(step, every), constant(0, step)))
         new = s._replace(y=y, r=r, diff=diff, step=step)
-        return out, new, _Outcome(pending, step_taken, bad, code, refresh)
-
-    def _next_mode(
-        self, s: _Loop, outcome: _Outcome, measure: Array
-    ) -> tuple[Int[Array, ""], Bool[Array, ""]]:
-        """The stopping decision after a pass from `s`, whose new state the
-        stopping test measures as `measure`.
-
-        **Returns:**
-
-        The loop's next `mode`; and whether the pass was a failed residual pass
-        that `checked` records.
-        """
-        pending, step_taken = outcome.pending, outcome.step_taken
-        if self.has_scale:
-            unconverged = negated(lax.le(measure, constant(1, measure)))
-        else:
-            unconverged = np.bool_(True)
-        # A step whose updated residual passes the test is checked: the next
-        # pass computes the true residual `b - A y` (the updated one drifts
-        # from it, and goes on shrinking below the dtype's precision), and the
-        # loop stops only if that passes too.
-        # From the first failed check on, every residual pass that fails the
-        # test (a check or a refresh) must have halved the true residual since
-        # the one before, or the loop stops (`stagnation`).
-        check = both(step_taken, negated(unconverged))
-        failed, stagnated = failed_tests(
-            pending, lax.eq(s.mode, CHECK), unconverged, measure, s.checked
-        )
-        refresh = outcome.refresh
-        next_pass = lax.select(check, CHECK, lax.select(refresh, RESIDUAL, STEP))
-        next_pass = lax.select(
-            both(pending, negated(unconverged)), CONVERGED, next_pass
-        )
-        mode = lax.select(stagnated, STAGNATED, next_pass)
-        return lax.select(outcome.bad, outcome.code, mode), failed
+        return out, new, Outcome(pending, step_taken, bad, code, refresh)
 
     def _loop_end(
         self, system: System, s: _Loop | InlineLoop, max_steps: int

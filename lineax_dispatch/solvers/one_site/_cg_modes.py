@@ -1,6 +1,7 @@
 """What CG's two loops (`_cg.py`, `_cg_inline.py`) share: the values of `mode`,
 the step's curvature test (`curvature_test`) and the stagnation rule
-(`failed_tests`).
+(`failed_tests`); and the one-site loop's choice of its next pass (`next_mode`).
+The scalar logic is written in `lax` functions (see `_flat.constant`).
 
 The one-site loop's `mode` says what its next pass does: an ordinary step
 (`STEP`), a residual pass (`RESIDUAL`: the first and every refresh) or a check
@@ -14,11 +15,11 @@ is the one comparison that says a pass is a residual pass: XLA:CPU compiles each
 scalar the loop computes apart as a kernel of its own, at 2-4 ms of compile
 each."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.lax as lax
 import numpy as np
-from jaxtyping import Array, Bool
+from jaxtyping import Array, Bool, Int
 
 from ._flat import both, constant, dot, either, negated, real_part, select
 
@@ -90,3 +91,59 @@ def curvature_test(
     negative = lax.lt(real_part(curvature), lax.neg(threshold))
     code = lax.select(negative, CURVATURE_NEGATIVE, CURVATURE_ZERO)
     return ok, code, lax.div(gamma, select(ok, curvature, 1))
+
+
+class Outcome(NamedTuple):
+    """How a pass of the one-site loop went: whether it was a residual pass
+    (`pending`), an ordinary step whose curvature `p^T A p` passed (`step_taken`)
+    or failed (`bad`, to stop with `code`), and whether the step taken makes the
+    next pass a residual refresh (`refresh`)."""
+
+    pending: Bool[Array, ""]
+    step_taken: Bool[Array, ""]
+    bad: Bool[Array, ""]
+    code: Int[Array, ""]
+    refresh: Bool[Array, ""]
+
+
+def next_mode(
+    mode: Int[Array, ""],
+    checked: Array,
+    outcome: Outcome,
+    measure: Array,
+    has_scale: bool,
+) -> tuple[Int[Array, ""], Bool[Array, ""]]:
+    """The one-site loop's stopping decision after a pass from `mode`, whose new
+    state the stopping test measures as `measure`.
+
+    **Arguments:**
+
+    - `mode`, `checked`: the loop's `mode` and `checked` before the pass.
+    - `outcome`: how the pass went.
+    - `measure`: the stopping test's measure of the new state.
+    - `has_scale`: whether the solver has a tolerance (else it never converges).
+
+    **Returns:**
+
+    The loop's next `mode`; and whether the pass was a failed residual pass that
+    `checked` records.
+    """
+    pending, step_taken = outcome.pending, outcome.step_taken
+    if has_scale:
+        unconverged = negated(lax.le(measure, constant(1, measure)))
+    else:
+        unconverged = np.bool_(True)
+    # A step whose updated residual passes the test is checked: the next pass
+    # computes the true residual `b - A y` (the updated one drifts from it, and
+    # goes on shrinking below the dtype's precision), and the loop stops only if
+    # that passes too. From the first failed check on, every residual pass that
+    # fails the test (a check or a refresh) must have halved the true residual
+    # since the one before, or the loop stops (`stagnation`).
+    check = both(step_taken, negated(unconverged))
+    failed, stagnated = failed_tests(
+        pending, lax.eq(mode, CHECK), unconverged, measure, checked
+    )
+    next_pass = lax.select(check, CHECK, lax.select(outcome.refresh, RESIDUAL, STEP))
+    next_pass = lax.select(both(pending, negated(unconverged)), CONVERGED, next_pass)
+    next_pass = lax.select(stagnated, STAGNATED, next_pass)
+    return lax.select(outcome.bad, outcome.code, next_pass), failed
