@@ -30,7 +30,10 @@ def results_where(
     """
     if on_true._value is on_false._value:
         return on_true
-    return _Item(lax.select(pred, on_true._value, on_false._value), lx.RESULTS)
+    value = lax.select(pred, on_true._value, on_false._value)
+    # (equinox declares the item's `__init__` with one argument for type checkers
+    # only: it is a module of two fields.)
+    return _Item(value, lx.RESULTS)  # pyright: ignore[reportCallIssue]
 
 
 def finish_result(

@@ -9,7 +9,6 @@ import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-import numpy as np
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
@@ -303,7 +302,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         )
         step = lax.add(s.step, lax.convert_element_type(step_taken, s.step.dtype))
         if self.stabilise_every is None:
-            refresh = np.bool_(False)
+            refresh = jnp.array(False)
         else:
             every = constant(self.stabilise_every, step)
             refresh = both(step_taken, lax.eq(lax.rem(step, every), constant(0, step)))

@@ -18,6 +18,7 @@ each."""
 from typing import Any, NamedTuple
 
 import jax.lax as lax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int
 
@@ -132,7 +133,7 @@ def next_mode(
     if has_scale:
         unconverged = negated(lax.le(measure, constant(1, measure)))
     else:
-        unconverged = np.bool_(True)
+        unconverged = jnp.array(True)
     # A step whose updated residual passes the test is checked: the next pass
     # computes the true residual `b - A y` (the updated one drifts from it, and
     # goes on shrinking below the dtype's precision), and the loop stops only if
