@@ -28,7 +28,16 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import branch_select, dot, select
+from ._flat import (
+    both,
+    branch_select,
+    constant,
+    dot,
+    either,
+    negated,
+    real_part,
+    select,
+)
 from ._system import System
 
 
@@ -74,7 +83,7 @@ def _updated(
     fuses the operator's own operations into the update and computes them a
     second time there (see `System.updated_residual`)."""
     if not in_cond:
-        return r - select(ok, alpha, 0) * product
+        return lax.sub(r, lax.mul(select(ok, alpha, 0), product))
     return lax.cond(ok, lambda r, w, a: r - a * w, lambda r, w, a: r, r, product, alpha)
 
 
@@ -130,18 +139,22 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     solver = c.solver
     _, product = c.system.apply_split(s.p, jnp.array(False))
     ok, code, alpha = curvature_test(s.p, product, s.gamma, c.rcond)
-    diff = select(ok, alpha * s.p, s.diff)
-    y = select(ok, s.y + diff, s.y)
+    diff = select(ok, lax.mul(alpha, s.p), s.diff)
+    y = select(ok, lax.add(s.y, diff), s.y)
     r = _updated(ok, s.r, product, alpha, solver.in_cond(s.r))
     measured = c.measured(y, r, diff)
     m = measured[1]
     # A check where the updated residual passes the test; a refresh every
     # `stabilise_every` steps. Either takes the true residual `b - A y`.
-    check = ok & (m <= 1) if solver.has_scale else jnp.array(False)
+    if solver.has_scale:
+        check = both(ok, lax.le(m, constant(1, m)))
+    else:
+        check = jnp.array(False)
     recompute = check
-    step = s.step + ok.astype(s.step.dtype)
+    step = lax.add(s.step, lax.convert_element_type(ok, s.step.dtype))
     if solver.stabilise_every is not None:
-        recompute = recompute | (ok & (lax.rem(step, solver.stabilise_every) == 0))
+        every = lax.rem(step, constant(solver.stabilise_every, step))
+        recompute = either(recompute, both(ok, lax.eq(every, constant(0, step))))
     any_recompute = eqxi.nonbatchable(eqxi.unvmap_any(recompute))
     measured = lax.cond(
         any_recompute, c.true_residual, _kept, y, diff, *measured, recompute
@@ -150,20 +163,24 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     # As the one-site loop: the solve converges where a true residual passes the
     # test; from the first failed check on, every true residual that fails it
     # must have halved since the one before (else `stagnation`).
-    unconverged = ~(m <= 1) if solver.has_scale else jnp.array(True)
+    if solver.has_scale:
+        unconverged = negated(lax.le(m, constant(1, m)))
+    else:
+        unconverged = jnp.array(True)
     failed, stagnated = failed_tests(recompute, check, unconverged, m, s.checked)
-    mode = select(recompute & ~unconverged, CONVERGED, STEP)
-    mode = select(ok, select(stagnated, STAGNATED, mode), code)
-    advance = mode == STEP
+    mode = lax.select(both(recompute, negated(unconverged)), CONVERGED, STEP)
+    mode = lax.select(ok, lax.select(stagnated, STAGNATED, mode), code)
+    advance = lax.eq(mode, STEP)
+    p = lax.add(z, lax.mul(lax.div(gamma, s.gamma), s.p))
     return InlineLoop(
         y=y,
         r=r,
-        p=select(advance, z + (gamma / s.gamma) * s.p, s.p),
+        p=select(advance, p, s.p),
         diff=diff,
         gamma=select(advance, gamma, s.gamma),
         step=step,
         mode=mode,
-        checked=select(failed, m.astype(s.checked.dtype), s.checked),
+        checked=select(failed, lax.convert_element_type(m, s.checked.dtype), s.checked),
     )
 
 
@@ -216,6 +233,9 @@ def inline_solve(
     )
 
     def continues(s: InlineLoop) -> Bool[Array, ""]:
-        return (s.mode == STEP) & (jnp.real(s.gamma) > 0) & (s.step < max_steps)
+        gamma = real_part(s.gamma)
+        positive = lax.gt(gamma, constant(0, gamma))
+        steps_left = lax.lt(s.step, constant(max_steps, s.step))
+        return both(both(lax.eq(s.mode, STEP), positive), steps_left)
 
     return lax.while_loop(continues, ft.partial(_inline_step, constants), init)
