@@ -223,3 +223,19 @@ def test_live_equations():
     assert len(pruned.invars) == 2
     out = jax.core.eval_jaxpr(pruned, closed.consts, jnp.ones(3), jnp.ones(3))
     np.testing.assert_allclose(out[0], 2.0 * jnp.ones(3))
+
+
+def test_executable_call():
+    """`jax.stages.Compiled._call`: the C++ call a `Compiled` makes at its first
+    call, which `lxd.jit` calls directly for a repeated signature."""
+    compiled = jax.jit(lambda x: (2 * x, jnp.sum(x))).lower(jnp.ones(3)).compile()
+    x = jnp.arange(3.0)
+    first = compiled(x)
+    call = _compat.executable_call(compiled)
+    assert call is not compiled, (
+        "jax.stages.Compiled no longer keeps its C++ call in `_call` once called"
+    )
+    again = call(x)
+    assert jtu.tree_structure(again) == jtu.tree_structure(first)
+    for a, b in zip(jtu.tree_leaves(again), jtu.tree_leaves(first)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -190,9 +190,14 @@ def array_signature(args: tuple) -> tuple:
     none static: each one's shape, dtype and weak type (what `split_arguments`
     keys them by), with `None` for an argument that is something else (a NumPy
     array or number, a PyTree)."""
+    if len(args) == 1:  # (the commonest call: a tuple of a list costs 0.2 us more)
+        (x,) = args
+        return ((x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None,)
     return tuple(
-        (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
-        for x in args
+        [
+            (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
+            for x in args
+        ]
     )
 
 
