@@ -23,7 +23,8 @@ solve run often enough), the latter also under `lxd.jit` (its call from Python
 included). Reported per case: the steps each took (equal but for
 rounding), the median of `--calls` calls of each compiled program (interleaved: a round
 calls each once, in turn), the median over the rounds of each of ours' ratio to
-lineax (target for repeated solves: at most 1.05x),
+lineax (target for repeated solves: at most 1.05x; the sides called in a
+shuffled order of each round's own),
 and the median first call of `--rounds` fresh programs of each.
 
 How to run
@@ -116,8 +117,15 @@ def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
         value, step = f(b)
         values[side], steps[side] = np.asarray(value), int(step)
     times: dict = {side: [] for side in SIDES}
+    order = np.random.default_rng(harness.SEED)
     for _ in range(calls):
-        for side, f in compiled.items():
+        # Each round in an order of its own (a seeded shuffle): a call's time
+        # depends on the call before it (the cache a dense matrix is left in, the
+        # runtime's threads awake or asleep), so each side takes each place and
+        # follows each other side about as often.
+        for index in order.permutation(len(SIDES)):
+            side = SIDES[index]
+            f = compiled[side]
             times[side].append(harness.timed(lambda: jax.block_until_ready(f(b)))[1])
     run = {side: statistics.median(t) for side, t in times.items()}
     first_call = {side: statistics.median(t) for side, t in first.items()}
