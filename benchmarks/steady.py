@@ -20,18 +20,20 @@ inline. Ours runs in two layouts: `lxd.CG`'s default (`layout="auto"`, which
 decides for `Auto`'s default of 100 runs: the layout it took is reported) and
 `layout="inline"` (`mv` where lineax's CG writes it: what `"auto"` takes for a
 solve run often enough), the latter also under `lxd.jit` (its call from Python
-included). Reported per case: the steps each took (equal but for
-rounding), the median of `--calls` calls of each compiled program (interleaved: a round
-calls each once, in turn), the median over the rounds of each of ours' ratio to
-lineax (target for repeated solves: at most 1.05x; the sides called in a
-shuffled order of each round's own),
-and the median first call of `--rounds` fresh programs of each.
+included). Each side is compiled three times apart (two copies of one program
+ran 2-5% apart on the dense cells: each executable holds the operator's matrix as
+a constant of its own). Reported per case: the steps each took (equal but for
+rounding), the median over 101 rounds of each side's time (a round calls every
+copy once, in a shuffled order of its own: a call's time depends on the call
+before it; a side's time in a round is the median of its copies'), the median
+over the rounds of each of ours' ratio to lineax (target for repeated solves: at
+most 1.05x), and the median first call of 5 fresh programs of each.
 
 How to run
 ----------
 
-    python -m benchmarks.steady           # every case, 101 calls, 5 fresh programs
-    python -m benchmarks.steady --quick   # n <= 1024, 11 calls, 1 program
+    python -m benchmarks.steady           # every case, 101 rounds, 3 copies
+    python -m benchmarks.steady --quick   # n <= 1024, 11 rounds, 1 copy
 
 Results: `benchmarks/results/steady.json` and `.png`.
 """
@@ -49,8 +51,8 @@ import lineax_dispatch as lxd
 from . import harness
 
 
-FULL = dict(calls=101, rounds=5, max_n=16384)
-QUICK = dict(calls=11, rounds=1, max_n=1024)
+FULL = dict(calls=101, rounds=5, max_n=16384, copies=3)
+QUICK = dict(calls=11, rounds=1, max_n=1024, copies=1)
 CASES = (
     ("stencil2d", 1024),
     ("stencil2d", 4096),
@@ -102,7 +104,7 @@ def program(shape: str, n: int, side: str) -> Callable:
     return (lxd.jit if side.endswith("lxd.jit") else jax.jit)(solve)
 
 
-def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
+def measure_case(shape: str, n: int, calls: int, rounds: int, copies: int) -> dict:
     b = jax.random.normal(jax.random.key(harness.SEED), (n,), jnp.float32)
     first: dict = {side: [] for side in SIDES}
     for _ in range(rounds):
@@ -111,22 +113,34 @@ def measure_case(shape: str, n: int, calls: int, rounds: int) -> dict:
             first[side].append(
                 harness.timed(lambda: jax.block_until_ready(fresh(b)))[1]
             )
-    compiled = {side: program(shape, n, side) for side in SIDES}
+    # `copies` programs of each side, compiled apart: each executable holds its
+    # operator's constants where it holds them, and two copies of one program
+    # ran 2-5% apart on the dense cells.
+    compiled = {
+        side: [program(shape, n, side) for _ in range(copies)] for side in SIDES
+    }
     values, steps = {}, {}
-    for side, f in compiled.items():
-        value, step = f(b)
+    for side, copies_of_side in compiled.items():
+        for f in copies_of_side:
+            value, step = f(b)
         values[side], steps[side] = np.asarray(value), int(step)
+    calls_of = [(side, f) for side in SIDES for f in compiled[side]]
     times: dict = {side: [] for side in SIDES}
     order = np.random.default_rng(harness.SEED)
     for _ in range(calls):
         # Each round in an order of its own (a seeded shuffle): a call's time
         # depends on the call before it (the cache a dense matrix is left in, the
-        # runtime's threads awake or asleep), so each side takes each place and
-        # follows each other side about as often.
-        for index in order.permutation(len(SIDES)):
-            side = SIDES[index]
-            f = compiled[side]
-            times[side].append(harness.timed(lambda: jax.block_until_ready(f(b)))[1])
+        # runtime's threads awake or asleep), so each program takes each place
+        # and follows each other about as often. A side's time in a round is the
+        # median of its copies'.
+        this_round: dict = {side: [] for side in SIDES}
+        for index in order.permutation(len(calls_of)):
+            side, f = calls_of[index]
+            this_round[side].append(
+                harness.timed(lambda: jax.block_until_ready(f(b)))[1]
+            )
+        for side, t in this_round.items():
+            times[side].append(statistics.median(t))
     run = {side: statistics.median(t) for side, t in times.items()}
     first_call = {side: statistics.median(t) for side, t in first.items()}
     ours = [side for side in SIDES if side != "lineax"]
@@ -236,7 +250,9 @@ def main(argv=None) -> None:
     env = harness.environment(load_average=True)
     harness.print_setup(env, settings)
     rows = [
-        measure_case(shape, n, settings["calls"], settings["rounds"])
+        measure_case(
+            shape, n, settings["calls"], settings["rounds"], settings["copies"]
+        )
         for shape, n in CASES
         if n <= settings["max_n"]
     ]

@@ -19,6 +19,7 @@ from ...policies.calls._session import own_code
 from .._prepare import expected_iterations, resolve_for_solve
 from .._results import finish_result, results_where
 from ._flat import (
+    both,
     conj_options,
     constant,
     dot,
@@ -383,7 +384,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         stats (`num_steps`, `max_steps`).
         """
         hit = lax.ge(state.step, constant(max_steps, state.step))
-        result = self.steps_result(lax.bitwise_and(hit, not_converged))
+        result = self.steps_result(both(hit, not_converged))
         for where, code in codes:
             result = results_where(where, code, result)
         result = finish_result(result, finite_input, breakdown, finite_state)
