@@ -293,8 +293,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # an ordinary step (where it is read), the bare output of `mv`.
         out, product = system.apply_split(s.v, pending)
         ok, code, alpha = curvature_test(p, product, gamma, rcond)
-        step_taken = both(negated(pending), ok)
-        bad = both(negated(pending), negated(ok))
+        stepping = negated(pending)
+        step_taken = both(stepping, ok)
+        bad = both(stepping, negated(ok))
         diff = select(step_taken, lax.mul(alpha, p), s.diff)
         y = select(step_taken, lax.add(s.y, diff), s.y)
         r = system.updated_residual(

@@ -140,11 +140,12 @@ def next_mode(
     # that passes too. From the first failed check on, every residual pass that
     # fails the test (a check or a refresh) must have halved the true residual
     # since the one before, or the loop stops (`stagnation`).
-    check = both(step_taken, negated(unconverged))
+    passed = negated(unconverged)
+    check = both(step_taken, passed)
     failed, stagnated = failed_tests(
         pending, lax.eq(mode, CHECK), unconverged, measure, checked
     )
     next_pass = lax.select(check, CHECK, lax.select(outcome.refresh, RESIDUAL, STEP))
-    next_pass = lax.select(both(pending, negated(unconverged)), CONVERGED, next_pass)
+    next_pass = lax.select(both(pending, passed), CONVERGED, next_pass)
     next_pass = lax.select(stagnated, STAGNATED, next_pass)
     return lax.select(outcome.bad, outcome.code, next_pass), failed
