@@ -144,7 +144,7 @@ def config(args) -> dict:
     out |= {k.lower(): v for k, v in numbers.items() if k.isupper()}
     targets = (TARGET_MEDIAN, TARGET_WORST, TARGET_LINEAX)
     out |= dict(zip(("target_median", "target_worst", "target_lineax"), targets))
-    out["layers_per_n"] = {n: layers_for(n, args.layers) for n in args.n}
+    out["layers_per_n"] = {str(n): layers_for(n, args.layers) for n in args.n}
     out["reference"] = "plain lineax: lx.FunctionLinearOperator, lx.CG, jax.jit"
     return out
 

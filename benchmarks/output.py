@@ -91,14 +91,23 @@ def save(fig, path: Path, dpi: int = 120, **tight_layout) -> None:
 MAX_LINES = 400
 
 
+def _key(key: Any) -> str:
+    """A dict key as a JSON string: the text `json.dumps` gives a key of its kinds
+    (`16` -> `"16"`, `True` -> `"true"`, `None` -> `"null"`), `str(key)` for any
+    other (a tuple)."""
+    try:
+        (text,) = json.loads(json.dumps({key: None}))
+    except TypeError:
+        text = str(key)
+    return json.dumps(text)
+
+
 def _nested(obj: Any, depth: int, limit: int) -> str:
     pad = "  " * depth
     if depth >= limit or not isinstance(obj, (dict, list)) or not obj:
         return json.dumps(obj, default=str)
     if isinstance(obj, dict):
-        items = [
-            f"{json.dumps(k)}: {_nested(v, depth + 1, limit)}" for k, v in obj.items()
-        ]
+        items = [f"{_key(k)}: {_nested(v, depth + 1, limit)}" for k, v in obj.items()]
         opening, closing = "{", "}"
     else:
         items = [_nested(v, depth + 1, limit) for v in obj]
@@ -110,7 +119,8 @@ def _nested(obj: Any, depth: int, limit: int) -> str:
 def results_json(payload: Any) -> str:
     """`payload` as JSON, one entry a line down to the deepest level (at most 6)
     that keeps the text within `MAX_LINES` lines (the rest of each entry on its
-    line)."""
+    line). Keys that are not strings are written as `json.dumps` writes them
+    (`{16: ...}` as `{"16": ...}`), so the text always parses."""
     for limit in range(6, 0, -1):
         text = _nested(payload, 0, limit) + "\n"
         if text.count("\n") <= MAX_LINES:
@@ -118,11 +128,36 @@ def results_json(payload: Any) -> str:
     return json.dumps(payload, default=str) + "\n"
 
 
+def _missing_matplotlib(error: ImportError) -> bool:
+    return (error.name or "").split(".")[0] == "matplotlib"
+
+
 def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> None:
-    """`<out_dir>/<name>.json` (the payload, see `results_json`) and
-    `<out_dir>/<name>.png` (`plot(path)`)."""
+    """`<out_dir>/<name>.json` (the payload, see `results_json`), then
+    `<out_dir>/<name>.png` (`plot(path)`). Where matplotlib cannot be imported (an
+    accelerator machine without it) the JSON is still written and the plot skipped
+    with a message.
+
+    **Arguments:**
+
+    - `out_dir`: the folder, created if missing.
+    - `name`: the files' name, without suffix.
+    - `payload`: what the JSON holds.
+    - `plot`: a function of the PNG's path that draws and saves the figure.
+
+    **Returns:**
+
+    Nothing.
+    """
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
     json_path.write_text(results_json(payload))
-    plot(png_path)
+    try:
+        plot(png_path)
+    except ImportError as error:
+        if not _missing_matplotlib(error):
+            raise
+        print(f"wrote {json_path} (no plot: matplotlib is not installed)")
+        return
     print(f"wrote {json_path} and {png_path}")
