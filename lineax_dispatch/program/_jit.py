@@ -35,7 +35,24 @@ _HIDDEN = (__file__, _compiled.__file__, _trace.__file__)
 
 
 class CompileAware:
-    """The callable that `lxd.jit` returns."""
+    """The callable that `lxd.jit` returns.
+
+    Its own state is in slots, not in its `__dict__`: that holds the function's
+    attributes, copied as `jax.jit` copies them, and JAX's transformations (and
+    `functools.wraps`) copy a function's `__dict__` into their wrappers, so a
+    wrapper of a jitted function carries attributes named as the jitted
+    function's state (`jax.vmap(jax.jit(f))._fun` is `f`)."""
+
+    __slots__ = (
+        "_fun",
+        "_jit_kwargs",
+        "_passed",
+        "_spec",
+        "_compiled",
+        "_last",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(self, fun: Callable, jit_kwargs: dict[str, Any]):
         self._fun = fun
@@ -49,7 +66,11 @@ class CompileAware:
         # The last compiled program called with bare arrays: `(signature,
         # executable, output box or None where the output is all arrays)`.
         self._last: tuple | None = None
-        functools.update_wrapper(self, fun)
+        functools.update_wrapper(self, fun, updated=())
+        own = CompileAware.__slots__
+        self.__dict__.update(
+            (k, v) for k, v in getattr(fun, "__dict__", {}).items() if k not in own
+        )
 
     @property
     def fun(self) -> Callable:
