@@ -391,3 +391,11 @@ def calls_back_to_host(compiled: Any) -> bool:
         getattr(call, name, True)
         for name in ("has_host_callbacks", "has_unordered_effects", "ordered_effects")
     )
+
+
+def canonical_precision(value: Any) -> Any:
+    """A precision as `jax.lax.dot_general` stores it in a jaxpr (a pair of
+    `jax.lax.Precision`s, or a dot algorithm), from any form its `precision`
+    argument or `jax.default_matmul_precision` takes ("highest", a `Precision`,
+    a pair)."""
+    return _jax_lax.canonicalize_precision(value)

@@ -3,8 +3,9 @@ own import statements (at any depth: an import inside a function counts).
 
 Imports run one way, from the bottom up:
 
-1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`: JAX's internals per
-    version, argument checks, shardings, jaxpr helpers;
+1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`, `_precision`: JAX's
+    internals per version, argument checks, shardings, jaxpr helpers, the
+    precision of batched products;
 2. `policies/_base.py`: the policy interface;
 3. `policies/calls/`: marked calls, keys, the trace's scope and session, source
     sites;
@@ -40,6 +41,7 @@ LAYERS = (
             "lineax_dispatch._validate",
             "lineax_dispatch._explicit_axes",
             "lineax_dispatch._jaxpr",
+            "lineax_dispatch._precision",
         ),
     ),
     ("policy interface", ("lineax_dispatch.policies._base",)),

@@ -16,6 +16,11 @@ our classes), run lineax's own implementation and then
     budget, build only the diagonal, a chunk of basis vectors at a time that fits;
 - `linearise`: keep the type (an operator of ours) and the policy.
 
+The matrix and diagonal builds apply the operator to many basis vectors together;
+their products keep the precision one `mv` has (`_precision.batched_products`):
+float32's on an accelerator, where lineax's own build runs at JAX's default (a
+TPU's bfloat16 passes).
+
 `lxd.materialise`, `lxd.diagonal` and `lxd.linearise` call these through lineax, so
 both packages' functions behave the same on our operators. Plain lineax operators
 keep lineax's behaviour.
@@ -31,6 +36,7 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, Inexact
 
+from .._precision import batched_products
 from ..policies import Materialise, RawMv
 from ..policies._dense import build_dense_matrix, diagonal_in_chunks
 from ..policies._memory import (
@@ -97,7 +103,7 @@ def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator
             check_dense_budget(operator, operator.policy, what=what)
     elif not holds_entries(operator):
         _check_plain_operands(operator, operator.policy, what)
-    with policy_in_force(operator.policy):
+    with policy_in_force(operator.policy), batched_products():
         out = _sharded_matrix(operator)
         if out is None:
             out = _lineax_implementation(lx.materialise, operator)(operator)
@@ -161,14 +167,14 @@ def _diagonal(operator: AbstractDispatchOperator) -> Inexact[Array, " size"]:
     policy = operator.policy
     found = budget_in_force(policy)
     if found is None or _whole_matrix_fits(operator, found[1]):
-        with policy_in_force(policy):
+        with policy_in_force(policy), batched_products():
             return _lineax_implementation(lx.diagonal, operator)(operator)
     if isinstance(operator, _MATRIX_FREE) and lx.is_diagonal(operator):
         return _ones_diagonal(operator)
     if not _builds_whole_matrix(operator):
         # Sums, products, tags...: lineax takes each operand's diagonal (ours in
         # chunks where needed); explicit operators hold theirs.
-        with policy_in_force(policy):
+        with policy_in_force(policy), batched_products():
             return _lineax_implementation(lx.diagonal, operator)(operator)
     n_out, n_in, size = operator.out_size(), operator.in_size(), itemsize(operator)
     chunk = diagonal_chunk(n_out, n_in, size, found[1])

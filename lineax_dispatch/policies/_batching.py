@@ -9,6 +9,7 @@ import jax.lax as lax
 import lineax as lx
 from jaxtyping import PyTree
 
+from .._precision import batched_products
 from ._base import AbstractPolicy
 from ._dense import check_batch_size
 
@@ -57,9 +58,12 @@ class VmapBatch(AbstractInlinePolicy):
 
         The stacked outputs.
         """
-        if self.batch_size is None:
-            return jax.vmap(operator.mv)(vectors)
-        return lax.map(operator.mv, vectors, batch_size=self.batch_size)
+        # The vectors go through `mv` together: its products at the precision one
+        # `mv` has (`_precision`).
+        with batched_products():
+            if self.batch_size is None:
+                return jax.vmap(operator.mv)(vectors)
+            return lax.map(operator.mv, vectors, batch_size=self.batch_size)
 
 
 class Scan(AbstractInlinePolicy):

@@ -12,6 +12,7 @@ import lineax as lx
 from jaxtyping import Array, Inexact, PyTree
 
 from .._explicit_axes import explicit_sharding
+from .._precision import batched_products
 from .._validate import check_positive_int
 from ._base import RawMv
 from ._memory import check_dense_budget
@@ -63,7 +64,9 @@ def images_of_basis(
 
     **Returns:**
 
-    The kept values, stacked on a first axis (one entry per basis vector).
+    The kept values, stacked on a first axis (one entry per basis vector). The
+    products of `mv` that have no precision of their own take float32's
+    (`_precision.batched_products`).
     """
     flat_in, unravel_in = _flat_spec(in_structure)
     size = flat_in.size
@@ -80,9 +83,12 @@ def images_of_basis(
         return keep(out, index)
 
     indices = jnp.arange(count)
-    if batch_size is None or batch_size >= count:
-        return jax.vmap(apply)(indices)
-    return lax.map(apply, indices, batch_size=batch_size)
+    # The basis vectors go through `mv` together: its products at the precision
+    # one `mv` has (`_precision`).
+    with batched_products():
+        if batch_size is None or batch_size >= count:
+            return jax.vmap(apply)(indices)
+        return lax.map(apply, indices, batch_size=batch_size)
 
 
 def matrix_of(

@@ -20,6 +20,7 @@ from .._compat import (
     traced_consts,
 )
 from .._explicit_axes import explicit_sharding
+from .._precision import default_precision, traced_precision
 from ._base import AbstractPolicy, RawMv
 from ._eager import compiled_mv
 from .calls._keys import ByIdentity
@@ -198,7 +199,9 @@ def _outlined_transpose(cts: Sequence, *args: Any, callee: ByIdentity) -> list:
 
 
 def _outlined_batch(args: Sequence, dims: Sequence, *, callee: ByIdentity):
-    closed = callee.value
+    # The batched callee's products take the precision a trace of the batch would
+    # give them now (`_precision`: float32's under a strategy's batch).
+    closed = traced_precision(callee.value)
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
     args = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
     axes = tuple(None if d is None else 0 for d in dims)
@@ -207,7 +210,8 @@ def _outlined_batch(args: Sequence, dims: Sequence, *, callee: ByIdentity):
         a if d is None else a.update(shape=(size, *a.shape))
         for a, d in zip(closed.in_avals, axes)
     ]
-    derived = _derived(closed, "vmap", (axes, size), batched, avals)
+    key = (axes, size, str(default_precision()))
+    derived = _derived(callee.value, "vmap", key, batched, avals)
     outs = outlined_p.bind(*args, callee=ByIdentity(derived))
     return outs, [0] * len(outs)
 

@@ -9,6 +9,7 @@ import jax.extend.core as jex
 
 from ..._compat import bind_equation
 from ..._jaxpr import specs_of
+from ..._precision import batched_products, traced_precision
 from ...policies._dense import dense_mv, matrix_of
 from ._interpret import eval_eqns, prologue, read, read_by
 
@@ -59,7 +60,11 @@ def materialised_function(
     def run(*inputs):
         env = prologue(closed, inputs, start)
         fixed = [read(env, v) for v in call.invars[:arrays]]
-        mv = lambda vector: bind_equation(call, [*fixed, *vector])
+        # The basis vectors go through the call together: its products at the
+        # precision one call has (`_precision`).
+        with batched_products():
+            exact = traced_precision(call)
+        mv = lambda vector: bind_equation(exact, [*fixed, *vector])
         # The matrix is built where the operator's arrays are defined: before the
         # first site.
         matrix = matrix_of(mv, in_specs, batch_size)

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from ..._precision import batched_products, traced_precision
 from ..analyse._stack_plan import StackPlan
 from ._interpret import eval_eqns, prologue, read, read_by, write
 from ._stack_layout import stacked_call
@@ -42,7 +43,10 @@ def stacked_function(closed: Any, plan: StackPlan) -> Callable:
             for p in varying
         ]
         values = [read(env, v) for v in call.invars]
-        outs = stacked_call(call, values, varying, stacked)
+        # The k calls' products, now matrix-matrix ones, at the precision one call
+        # has (`_precision`).
+        with batched_products():
+            outs = stacked_call(traced_precision(call), values, varying, stacked)
         for j, c in enumerate(calls):
             write(env, c.outvars, [None if x is None else x[j] for x in outs])
         eval_eqns(after, env, keep=read_by((), jaxpr.outvars))

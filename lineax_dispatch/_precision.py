@@ -1,0 +1,135 @@
+"""The precision of the products a strategy creates.
+
+One unbatched `mv` of a user's function computes its dot products as matrix-vector
+products. A strategy that applies the function to many vectors together (a dense
+build from basis vectors, a stack of call sites, a batch of right-hand sides) turns
+them into matrix-matrix products, and on an accelerator a float32 matrix-matrix
+product at JAX's default precision runs in bfloat16 passes (a TPU) or in TF32 (a
+GPU): about three digits, where the matrix-vector product keeps float32's seven.
+Within `batched_products()` the products such a strategy traces take
+`Precision.HIGHEST` (float32 accuracy on every backend; XLA:CPU computes float32
+products exactly so at any setting), unless the user has set a default precision
+(`jax.default_matmul_precision`), which is kept; a precision the user's function
+gives a product itself is kept in any case. `traced_precision` gives an already
+traced computation the precision its products would have been traced with now.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.extend.core as jex
+import jax.extend.core.primitives as prims
+
+from ._compat import canonical_precision
+
+
+# The products whose precision a strategy sets: those a batch turns from
+# matrix-vector into matrix-matrix work.
+_PRODUCTS = frozenset({prims.dot_general_p, prims.conv_general_dilated_p})
+
+# What a batched product runs at where the user set no default.
+BATCHED_PRECISION = "highest"
+
+
+@contextlib.contextmanager
+def batched_products() -> Iterator[None]:
+    """Within: a product traced with no precision of its own takes
+    `BATCHED_PRECISION`, unless a default precision is already in force (the
+    user's, kept).
+
+    **Returns:**
+
+    A context manager.
+    """
+    if jax.config.jax_default_matmul_precision is None:
+        with jax.default_matmul_precision(BATCHED_PRECISION):
+            yield
+    else:
+        yield
+
+
+def default_precision() -> Any:
+    """The precision a product traced now with no precision of its own takes:
+    `None` where no default is in force, else the canonical pair (or algorithm)."""
+    value = jax.config.jax_default_matmul_precision
+    return None if value is None else canonical_precision(value)
+
+
+def _in_param(value: Any, precision: Any, memo: dict) -> Any:
+    if isinstance(value, jex.ClosedJaxpr):
+        return _closed(value, precision, memo)
+    if isinstance(value, jex.Jaxpr):
+        return _open(value, precision, memo)
+    if isinstance(getattr(value, "value", None), jex.ClosedJaxpr):
+        # An out-of-line call's callee (`policies._outline`), held by identity.
+        return type(value)(_closed(value.value, precision, memo))
+    if isinstance(value, tuple) and any(
+        isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)) for v in value
+    ):
+        return tuple(_in_param(v, precision, memo) for v in value)
+    return value
+
+
+def _equation(eqn: Any, precision: Any, memo: dict) -> Any:
+    params = {k: _in_param(v, precision, memo) for k, v in eqn.params.items()}
+    if eqn.primitive in _PRODUCTS and params.get("precision", 0) is None:
+        params["precision"] = precision
+    if all(params[k] is eqn.params[k] for k in params):
+        return eqn
+    return eqn.replace(params=params)
+
+
+def _open(jaxpr: Any, precision: Any, memo: dict) -> Any:
+    done = memo.get(id(jaxpr))
+    if done is None:
+        eqns = [_equation(e, precision, memo) for e in jaxpr.eqns]
+        changed = any(a is not b for a, b in zip(eqns, jaxpr.eqns))
+        done = jaxpr.replace(eqns=eqns) if changed else jaxpr
+        memo[id(jaxpr)] = done
+    return done
+
+
+def _closed(closed: Any, precision: Any, memo: dict) -> Any:
+    jaxpr = _open(closed.jaxpr, precision, memo)
+    return closed if jaxpr is closed.jaxpr else closed.replace(jaxpr=jaxpr)
+
+
+def traced_precision(traced: Any) -> Any:
+    """`traced` (a `ClosedJaxpr` or a jaxpr equation) with each product at any depth
+    that has no precision of its own given the one it would be traced with now
+    (`default_precision()`); `traced` itself where none is in force or nothing
+    changes.
+
+    **Arguments:**
+
+    - `traced`: a `jax.extend.core.ClosedJaxpr` or `JaxprEqn`.
+
+    **Returns:**
+
+    The same kind of object.
+    """
+    return with_precision(traced, default_precision())
+
+
+def with_precision(traced: Any, precision: Any) -> Any:
+    """`traced` (a `ClosedJaxpr` or a jaxpr equation) with each product at any depth
+    that has no precision of its own given `precision`; `traced` itself where
+    `precision` is `None` or nothing changes.
+
+    **Arguments:**
+
+    - `traced`: a `jax.extend.core.ClosedJaxpr` or `JaxprEqn`.
+    - `precision`: a canonical precision (`default_precision()`), or `None`.
+
+    **Returns:**
+
+    The same kind of object.
+    """
+    if precision is None:
+        return traced
+    memo: dict = {}
+    if isinstance(traced, jex.ClosedJaxpr):
+        return _closed(traced, precision, memo)
+    return _equation(traced, precision, memo)
