@@ -1,5 +1,6 @@
 """The `Auto` policy: decides from the operator and the program it is used in."""
 
+import dataclasses
 from typing import Any
 
 import lineax as lx
@@ -10,6 +11,7 @@ from .._validate import check_positive_real
 from ._base import AbstractPolicy
 from ._eager import compiled_mv
 from ._memory import optional_budget, resolve_budget
+from ._outline import outline_runs_here
 from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
 from .calls._scope import current_scope
 from .calls._session import current_session
@@ -118,9 +120,13 @@ class Auto(AbstractPolicy):
 
         **Returns:**
 
-        A [`lineax_dispatch.CostModel`][].
+        A [`lineax_dispatch.CostModel`][], its `outline_callbacks` off where the
+        default backend cannot run an outlined call.
         """
-        return machine_cost_model() if self.cost_model is None else self.cost_model
+        model = machine_cost_model() if self.cost_model is None else self.cost_model
+        if model.outline_callbacks and not outline_runs_here():
+            model = dataclasses.replace(model, outline_callbacks=False)
+        return model
 
     def decision(
         self,

@@ -239,8 +239,47 @@ def outlined_call(callee: Any, args: Sequence) -> list:
     **Returns:**
 
     The list of its outputs.
+
+    **Raises:**
+
+    `ValueError` where the default backend cannot run a host callback's executable
+    while the program runs (`outline_runs_here`).
     """
+    check_outline_runs()
     return outlined_p.bind(*args, callee=ByIdentity(callee))
+
+
+def check_outline_runs() -> None:
+    """A trace-time error where the default backend cannot run an outlined call
+    (`outline_runs_here`), naming the backend and what runs there.
+
+    **Returns:**
+
+    Nothing.
+
+    **Raises:**
+
+    `ValueError`.
+    """
+    if not outline_runs_here():
+        raise ValueError(
+            f"`Outline()` on jax {jax.__version__} applies `mv` out of line through "
+            "a host callback, which runs only on the CPU backend: on "
+            f"{jax.default_backend()!r} the callback waits for the device the "
+            "program holds and the program never ends. Use `Lazy()`, or `Roll()` "
+            "under `lxd.jit` (one compiled copy of `mv` for every call site)."
+        )
+
+
+def outline_runs_here() -> bool:
+    """Whether an outlined call can run on the default backend: natively
+    (`jax.Inline.XLA_LATE`, jax >= 0.11), or as a host callback on XLA:CPU.
+
+    **Returns:**
+
+    A bool.
+    """
+    return outline_mv is not None or jax.default_backend() == "cpu"
 
 
 class Outline(AbstractPolicy):

@@ -121,7 +121,11 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
         out.append(Estimate(Outline()))
         out.append(Estimate(Materialise()))
         return tuple(out)
-    out.append(outline_estimate(o, model))
+    if model.outline_native or model.outline_callbacks:
+        out.append(outline_estimate(o, model))
+    else:
+        # An outlined call cannot run on this backend.
+        out.append(Estimate(Outline()))
     chunk = build_chunk(o, model) if o.mv_batchable else None
     if chunk is None:
         out.append(Estimate(Materialise()))

@@ -44,6 +44,11 @@ class CostModel(eqx.Module):
     - `outline_native`: whether `Outline` is a call XLA keeps out of line
         (`jax.Inline.XLA_LATE`, jax >= 0.11: no host callback, native run speed);
         else a host callback (jax 0.10). Defaults to what this JAX has.
+    - `outline_callbacks`: without `outline_native`, whether an outlined call (a
+        host callback running its callee's executable while the program runs)
+        can run on the backend: on XLA:CPU; on an accelerator the callee waits
+        for the device that the calling program holds, and the program never
+        ends. [`lineax_dispatch.Auto`][] sets it from the default backend.
     - `outline_clone`: with `outline_native`, the fraction of one copy of `mv`'s
         compile time that every further outlined site still pays (XLA:CPU clones
         a called computation for each of its callers before it emits code: 1.0,
@@ -108,6 +113,7 @@ class CostModel(eqx.Module):
     compile_per_batched_dot: float = 2e-3
     materialise_fixed: float = 0.08
     outline_native: bool = XLA_OUTLINE is not None
+    outline_callbacks: bool = True
     outline_clone: float = 1.0
     outline_site: float = 2e-2
     outline_call: float = 1e-4
@@ -151,6 +157,12 @@ class CostModel(eqx.Module):
                     )
             elif field.name == "build_chunk":
                 check_positive_int(value, f"CostModel({field.name}=...)")
+            elif field.name == "outline_callbacks":
+                if not isinstance(value, bool):
+                    raise TypeError(
+                        "`CostModel(outline_callbacks=...)` must be a bool; got "
+                        f"{type(value).__name__}."
+                    )
             elif field.name == "outline_native":
                 if not isinstance(value, bool):
                     raise TypeError(

@@ -15,7 +15,7 @@ import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee, outlined_call, XLA_OUTLINE
 from ..._jaxpr import specs_of
-from ...policies._outline import _AbstractMv, JaxprMv
+from ...policies._outline import _AbstractMv, check_outline_runs, JaxprMv
 
 
 def outlined_callee(callee: Any, arrays: int) -> Any:
@@ -31,6 +31,7 @@ def outlined_callee(callee: Any, arrays: int) -> Any:
 
     A `ClosedJaxpr` with the same inputs and outputs.
     """
+    check_outline_runs()
     structure = tuple(specs_of(callee.jaxpr.outvars))
     abstract = _AbstractMv(structure)
 
