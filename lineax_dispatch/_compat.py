@@ -15,6 +15,7 @@ from equinox._compile_utils import (
     hashable_partition as hashable_partition,
 )
 from jax._src import (
+    config as _jax_config,
     core as _jax_core,
     source_info_util as _source_info,
     stages as _jax_stages,
@@ -378,6 +379,29 @@ def executable_call(compiled: Any) -> Callable:
     0.3-0.6 us a call), else the `Compiled` itself."""
     call = getattr(compiled, "_call", None)
     return compiled if call is None else call
+
+
+_DEFAULT_DEVICE: Any = getattr(_jax_config, "default_device", None)
+
+
+def array_placement(x: Any) -> Any:
+    """Where an array argument's program runs, as `jax.jit` keys its programs by
+    it: for a `jax.Array` committed to its devices, `(sharding, layout)` (its
+    program is compiled for them: another device, sharding or layout needs
+    another program); for any other (an uncommitted `jax.Array`, which `jax.jit`
+    moves to the default device, a NumPy array, a tracer), the default device
+    set by `jax.default_device` (`None` where none is set). Reads ArrayImpl's
+    `_committed` and `_pjrt_layout` (cheaper than the public `committed` and
+    `format.layout`, which build a `Format` at each read)."""
+    if not getattr(x, "_committed", False):
+        if _DEFAULT_DEVICE is None:  # pragma: no cover - JAX changed
+            return jax.config.jax_default_device
+        return _DEFAULT_DEVICE.value
+    try:
+        layout = x._pjrt_layout
+    except Exception:  # deleted, or a backend without layouts
+        layout = None
+    return (x.sharding, layout)
 
 
 def calls_back_to_host(compiled: Any) -> bool:

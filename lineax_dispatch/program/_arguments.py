@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from .._compat import array_placement
 from ..policies.calls._keys import ByIdentity, exact_leaf, hashable_leaf
 
 
@@ -22,8 +23,8 @@ _ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
 
 
 class _Traced:
-    """Marks a traced leaf's entry in a key: `(_TRACED, shape, dtype, weak)`
-    (no static leaf's exact form holds this private object)."""
+    """Marks a traced leaf's entry in a key: `(_TRACED, shape, dtype, weak,
+    placement)` (no static leaf's exact form holds this private object)."""
 
 
 _TRACED = _Traced()
@@ -80,8 +81,9 @@ def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, tuple]:
     makes: its structure, its static leaves as the key compares them (numbers by
     type and bits: `True`, `1`, `1.0` and `1+0j` trace to different programs, as do
     `0.0` and `-0.0`, which Python's `==` takes as one) and its traced leaves'
-    shapes, dtypes and weak types. (One pass over the leaves: `split_arguments`
-    runs at every call of an `lxd.jit` function.)"""
+    shapes, dtypes, weak types and placements (`array_placement`: a program is
+    compiled for its arguments' devices, shardings and layouts). (One pass over the
+    leaves: `split_arguments` runs at every call of an `lxd.jit` function.)"""
     leaves, treedef = jtu.tree_flatten(value)
     if whole:
         static_leaves = tuple(_hashable(x) for x in leaves)
@@ -93,9 +95,8 @@ def _split(value: Any, whole: bool) -> tuple[Any, StaticPart, tuple]:
         if isinstance(x, _ARRAY_TYPES):
             dynamic_leaves.append(x)
             static_leaves.append(None)
-            entries.append(
-                (_TRACED, x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
-            )
+            weak = bool(getattr(x, "weak_type", False))
+            entries.append((_TRACED, x.shape, x.dtype, weak, array_placement(x)))
         else:
             dynamic_leaves.append(None)
             hashable = _hashable(x)
@@ -187,15 +188,19 @@ class StaticSpec:
 
 def array_signature(args: tuple) -> tuple:
     """The key of a call whose arguments are all bare `jax.Array`s, positional,
-    none static: each one's shape, dtype and weak type (what `split_arguments`
-    keys them by), with `None` for an argument that is something else (a NumPy
-    array or number, a PyTree)."""
+    none static: each one's shape, dtype, weak type and placement (what
+    `split_arguments` keys them by), with `None` for an argument that is something
+    else (a NumPy array or number, a PyTree)."""
     if len(args) == 1:  # (the commonest call: a tuple of a list costs 0.2 us more)
         (x,) = args
-        return ((x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None,)
+        if isinstance(x, jax.Array):
+            return ((x.shape, x.dtype, x.weak_type, array_placement(x)),)
+        return (None,)
     return tuple(
         [
-            (x.shape, x.dtype, x.weak_type) if isinstance(x, jax.Array) else None
+            (x.shape, x.dtype, x.weak_type, array_placement(x))
+            if isinstance(x, jax.Array)
+            else None
             for x in args
         ]
     )
