@@ -132,7 +132,9 @@ def _missing_matplotlib(error: ImportError) -> bool:
     return (error.name or "").split(".")[0] == "matplotlib"
 
 
-def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> None:
+def write_results(
+    out_dir: Path, name: str, payload: dict, plot: Callable | None
+) -> None:
     """`<out_dir>/<name>.json` (the payload, see `results_json`), then
     `<out_dir>/<name>.png` (`plot(path)`). Where matplotlib cannot be imported (an
     accelerator machine without it) the JSON is still written and the plot skipped
@@ -143,7 +145,8 @@ def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> No
     - `out_dir`: the folder, created if missing.
     - `name`: the files' name, without suffix.
     - `payload`: what the JSON holds.
-    - `plot`: a function of the PNG's path that draws and saves the figure.
+    - `plot`: a function of the PNG's path that draws and saves the figure, or
+        None for no figure.
 
     **Returns:**
 
@@ -153,6 +156,9 @@ def write_results(out_dir: Path, name: str, payload: dict, plot: Callable) -> No
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{name}.json", out_dir / f"{name}.png"
     json_path.write_text(results_json(payload))
+    if plot is None:
+        print(f"wrote {json_path}")
+        return
     try:
         plot(png_path)
     except ImportError as error:
