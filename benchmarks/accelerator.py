@@ -118,6 +118,23 @@ def run_step(name: str, command: list[str], timeout: float) -> dict:
     )
 
 
+def run_parity(args: argparse.Namespace, out: Path) -> dict:
+    """The parity zoo's step, with its summary read from `<out>/parity.json`."""
+    if args.skip_parity:
+        return dict(skipped=True, exit_status=None, timed_out=False, seconds=0.0)
+    command = [sys.executable, "-m", "benchmarks.parity", "--out", str(out)]
+    command += ["--quick"] * args.quick + (["--n", str(args.n)] if args.n else [])
+    if args.case_timeout:
+        command += ["--case-timeout", str(args.case_timeout)]
+    parity = run_step("parity", command, timeout=3600)
+    try:
+        data = json.loads((out / "parity.json").read_text())
+        parity.update(data["summary"], parity_json=str(out / "parity.json"))
+    except (OSError, ValueError, KeyError):
+        parity["counts"] = None
+    return parity
+
+
 def summary_table(parity: dict, benchmarks: dict) -> str:
     """The steps, their status and time."""
     from benchmarks import output
@@ -131,6 +148,8 @@ def summary_table(parity: dict, benchmarks: dict) -> str:
     verdicts = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "-"
     parity_status = {0: "ok", 1: "FAIL rows"}.get(parity["exit_status"], status(parity))
     rows = [("parity", parity_status, f"{parity['seconds']:.0f} s", verdicts)]
+    if parity.get("skipped"):
+        rows = []
     for name, step in benchmarks.items():
         written = ", ".join(step.get("files", [])) or "-"
         rows.append((name, status(step), f"{step['seconds']:.0f} s", written))
@@ -155,6 +174,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, help="the parity zoo's size (default 256)")
     parser.add_argument("--skip-benchmarks", action="store_true",
                         help="run the parity zoo only")  # fmt: skip
+    parser.add_argument("--skip-parity", action="store_true",
+                        help="run the benchmarks only")  # fmt: skip
     parser.add_argument(
         "--benchmarks",
         default=",".join(BENCHMARKS),
@@ -180,16 +201,7 @@ def main(argv=None) -> int:
     out = (args.out or RESULTS_DIR / seen["backend"]).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
-    command = [sys.executable, "-m", "benchmarks.parity", "--out", str(out)]
-    command += ["--quick"] * args.quick + (["--n", str(args.n)] if args.n else [])
-    if args.case_timeout:
-        command += ["--case-timeout", str(args.case_timeout)]
-    parity = run_step("parity", command, timeout=3600)
-    try:
-        data = json.loads((out / "parity.json").read_text())
-        parity.update(data["summary"], parity_json=str(out / "parity.json"))
-    except (OSError, ValueError, KeyError):
-        parity["counts"] = None
+    parity = run_parity(args, out)
 
     benchmarks: dict = {}
     if not args.skip_benchmarks:
@@ -209,7 +221,9 @@ def main(argv=None) -> int:
     table = summary_table(parity, benchmarks)
     print(f"\n=== summary ({seen['backend']}: {', '.join(seen['devices'])})")
     print(table)
-    failed = parity["exit_status"] != 0 or parity.get("counts") is None
+    failed = not args.skip_parity and (
+        parity["exit_status"] != 0 or parity.get("counts") is None
+    )
     payload = dict(
         environment=dict(
             jax=seen["jax"], jax_backend=seen["backend"], jax_devices=seen["devices"]

@@ -21,7 +21,7 @@ jitted `mv`), the reported result and a verdict:
 - `not solved`: the solve reported something other than success (its result
   shown); `refused`: it raised (its message shown); `timed out`: no answer within
   `--case-timeout` seconds (the case's process is ended and the rest go on in a
-  new one).
+  new one); `not run`: left when the `--budget` of seconds was spent.
 
     python -m benchmarks.parity --out /tmp/parity            # n=256, every case
     python -m benchmarks.parity --quick --out /tmp/parity    # n=64
@@ -86,7 +86,7 @@ SOLVERS = (
 # The other kinds are solved with these only (the full set runs on `function`).
 OTHER_KIND_SOLVERS = ("cg", "lu")
 GROUPS = ("solve", "batch_mv", "stacked", "dense")
-VERDICTS = ("ok", "FAIL", "not solved", "refused", "timed out")
+VERDICTS = ("ok", "FAIL", "not solved", "refused", "timed out", "not run")
 
 
 # ------------------------------------------------------------------ cases
@@ -576,6 +576,7 @@ def supervise(
     todo: Sequence[Case],
     case_timeout: float = CASE_TIMEOUT_S,
     setup_timeout: float = SETUP_TIMEOUT_S,
+    budget: float | None = None,
 ) -> tuple[list[dict], dict]:
     """Runs `todo` in worker processes, one at a time (one process holds an
     accelerator) and none while this process holds it (it never starts a
@@ -589,6 +590,8 @@ def supervise(
     - `todo`: the cases.
     - `case_timeout`, `setup_timeout`: seconds allowed for one case, and for a
       worker to start and build the problem.
+    - `budget`: seconds for them all (None: no limit); the cases left at the end
+      of it are recorded as `not run`.
 
     **Returns:**
 
@@ -599,6 +602,7 @@ def supervise(
     environment: dict = {}
     remaining = [c.id for c in todo]
     root = Path(__file__).resolve().parent.parent
+    end = time.monotonic() + (budget if budget is not None else float("inf"))
     with tempfile.TemporaryDirectory() as folder:
         for attempt in range(1, len(remaining) + 2):
             if not remaining:
@@ -626,16 +630,23 @@ def supervise(
                 limit = case_timeout if ready else setup_timeout
                 if finished:
                     break
-                if time.monotonic() - changed > limit:
+                over_budget = time.monotonic() > end
+                if over_budget or time.monotonic() - changed > limit:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
-                    print(f"  no answer in {limit:.0f} s ({current or 'setup'}): "
-                          "ended the process", flush=True)  # fmt: skip
+                    why = "the time budget is spent" if over_budget else (
+                        f"no answer in {limit:.0f} s ({current or 'setup'})")  # fmt: skip
+                    print(f"  {why}: ended the process", flush=True)
                     break
                 time.sleep(0.25)
             timed_out = process.returncode == -signal.SIGKILL
             remaining = [i for i in remaining if i not in rows]
             if not remaining:
+                break
+            if time.monotonic() > end:
+                for i in remaining:
+                    rows[i] = _lost_row(i, "not run", f"the {budget:.0f} s budget "
+                                        "was spent before it")  # fmt: skip
                 break
             if not ready:  # the worker never built the problem: report, stop
                 message = (f"the worker process ended (exit status "
@@ -820,6 +831,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         )
     parser.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT_S,
                         help="seconds for one case (default %(default)s)")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for all the cases; those left are "
+                        "recorded as `not run` (default: no limit)")  # fmt: skip
     parser.add_argument("--in-process", action="store_true",
                         help="run the cases in this process (no timeout)")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -845,7 +859,7 @@ def main(argv=None) -> int:
         n=args.n, layers=LAYERS, shift=SHIFT, rtol=RTOL, atol=ATOL,
         max_steps=MAX_STEPS, factor=FACTOR, auto_factor=AUTO_FACTOR,
         mv_factor=MV_FACTOR, floor=FLOOR, batch=BATCH, sites=SITES,
-        case_timeout_s=args.case_timeout, cases=len(todo),
+        case_timeout_s=args.case_timeout, budget_s=args.budget, cases=len(todo),
         in_process=args.in_process,
     )  # fmt: skip
     print(f"parity: {len(todo)} cases, n={args.n}", flush=True)
@@ -853,7 +867,9 @@ def main(argv=None) -> int:
         environment = harness.environment()
         rows = run_in_process(args.n, todo)
     else:
-        rows, environment = supervise(args.n, todo, args.case_timeout)
+        rows, environment = supervise(
+            args.n, todo, args.case_timeout, budget=args.budget
+        )
     backend = environment.get("jax_backend", "unknown")
     print(f"\nparity on {backend} ({environment.get('jax_devices')}), n={args.n}")
     print(table(rows))
