@@ -57,12 +57,13 @@ class Plan:
     decisions: dict[Any, Decision]
 
 
-def _restrict(decision: Decision, allowed: set[str]) -> Decision:
+def _restrict(decision: Decision, allowed: set[str], margin: float) -> Decision:
     """`decision`, or the cheapest of its estimates among `allowed` strategies if it
-    chose another (a strategy the rewrite cannot apply to these sites)."""
+    chose another (a strategy the rewrite cannot apply to these sites), departing
+    from `Lazy` only beyond `margin` (`CostModel.departure_margin`)."""
     if decision.strategy in allowed:
         return decision
-    best = cheapest(e for e in decision.estimates if e.strategy in allowed)
+    best = cheapest((e for e in decision.estimates if e.strategy in allowed), margin)
     policy = Lazy() if best is None else best.policy
     note = (
         f"{decision.strategy} cannot be applied to these call sites here; "
@@ -104,7 +105,8 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         cost=jaxpr_cost(group.callee),
         out_structure=out_leaves(group.callee),
     )
-    decision = decide(observation, policy.model())
+    model = policy.model()
+    decision = decide(observation, model)
     allowed = {"Lazy"}
     if rollable:
         allowed.add("Roll")
@@ -115,7 +117,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         # calls, or between which a loop cannot carry a value): one out-of-line
         # `mv` for all of them.
         allowed.add("Outline")
-    return _restrict(decision, allowed)
+    return _restrict(decision, allowed, model.departure_margin)
 
 
 def operator_arrays(record: AutoRecord, group: Group) -> int:

@@ -81,6 +81,16 @@ _SCALES = {
 }
 
 
+# `CostModel.departure_margin` on a backend other than XLA:CPU, whose constants are
+# the CPU fit scaled by the five measurements: the factor by which its estimates
+# missed there (see `benchmarks.realistic`, fit half, on a TPU v5e).
+ACCELERATOR_MARGIN = 3.0
+
+
+def _margin(backend: str) -> float:
+    return 1.0 if backend == "cpu" else ACCELERATOR_MARGIN
+
+
 # A ratio outside these bounds is taken as a disturbed measurement and clipped.
 _RATIO_BOUNDS = (0.1, 10.0)
 
@@ -253,9 +263,10 @@ def _describe(names: dict[str, str], measured: dict[str, float], path) -> str:
         for name in _SCALES
     )
     return (
-        f"calibrated for this machine ({names['backend']}, {names['cpu']}, "
-        f"{names['cpus']} cpus; times over the reference machine's: {ratios}; "
-        f"cached in {path})"
+        f"calibrated for this machine ({names['backend']} {names['device_kind']}, "
+        f"{names['cpu']}, {names['cpus']} cpus; times over the reference "
+        f"machine's: {ratios}; departing from Lazy beyond "
+        f"{_margin(names['backend']):g}x; cached in {path})"
     )
 
 
@@ -270,7 +281,8 @@ def machine_cost_model() -> CostModel:
     """
     setting = _setting()
     if setting == "off":
-        return CostModel(source=f"defaults ({ENV}=off)")
+        margin = _margin(jax.default_backend())
+        return CostModel(departure_margin=margin, source=f"defaults ({ENV}=off)")
     held = _MODEL.get()
     if held is not None and held[0] == setting:
         return held[1]
@@ -296,5 +308,6 @@ def machine_cost_model() -> CostModel:
         except OSError:
             path = f"{path} (not written: not writable)"
     model = scaled_model(measured, _describe(names, measured, path))
+    model = dataclasses.replace(model, departure_margin=_margin(names["backend"]))
     _MODEL.set((setting, model))
     return model

@@ -19,13 +19,18 @@ from ._observation import Observation
 from ._records import Decision, Estimate
 
 
-def cheapest(candidates: Iterable[Estimate]) -> Estimate | None:
+def cheapest(candidates: Iterable[Estimate], margin: float = 1.0) -> Estimate | None:
     """The allowed estimate of fewest seconds (`Lazy` on a tie), `None` if none is
-    allowed."""
+    allowed; `Lazy` (where allowed) unless that one is more than `margin` times
+    cheaper (`CostModel.departure_margin`)."""
     allowed = [e for e in candidates if e.seconds is not None]
     if not allowed:
         return None
-    return min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
+    best = min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
+    lazy = next((e for e in allowed if e.strategy == "Lazy"), None)
+    if lazy is not None and best is not lazy and best.seconds * margin >= lazy.seconds:
+        return lazy
+    return best
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -69,7 +74,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
     weight = max(o.runs, 1.0)
-    best = cheapest(costs)
+    best = cheapest(costs, model.departure_margin)
     assert best is not None  # Lazy is always allowed
     reasons = [
         f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
@@ -91,7 +96,18 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         for e in costs
         if e is not best
     )
-    reasons.append(f"{best.strategy} is cheapest: ~{best.seconds:.3g} s ({others}).")
+    fastest = cheapest(costs)
+    if fastest is not best:
+        reasons.append(
+            f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
+            f"~{fastest.seconds:.3g} s ({others}), not more than "
+            f"{model.departure_margin:g}x (the model's measured error here) below "
+            "Lazy's."
+        )
+    else:
+        reasons.append(
+            f"{best.strategy} is cheapest: ~{best.seconds:.3g} s ({others})."
+        )
     return Decision(best.policy, tuple(reasons), costs, needed)
 
 

@@ -90,6 +90,12 @@ class CostModel(eqx.Module):
     - `refresh_pass`: run time of one residual pass of CG's one-site loop beyond
         its `mv` and its vector traffic: what the inline layout saves for each
         refresh and each check of the true residual.
+    - `departure_margin`: how much cheaper than lineax's behaviour (`Lazy`) a
+        strategy must be estimated before `Auto` departs from it: the factor by
+        which the model's estimates were measured to miss on the backend. 1 on
+        XLA:CPU, where the constants were fitted; more on a backend where they
+        are scaled from the CPU's (a wrong `Roll` or `Materialise` costs more
+        than a missed one).
     - `source`: where the constants come from, as `lxd.explain` reports it.
 
     Where a user gives no cost model, `Auto` and `AutoSolver` use this machine's:
@@ -144,6 +150,7 @@ class CostModel(eqx.Module):
     # From CG on the 2-D five-point stencil at n = 1024 and 4096 (`benchmarks.
     # steady`'s operator), one site against inline.
     refresh_pass: float = 1.5e-6
+    departure_margin: float = 1.0
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
     def __check_init__(self):
@@ -181,6 +188,13 @@ class CostModel(eqx.Module):
                     raise ValueError(
                         "`CostModel(outline_clone=...)` is a fraction in [0, 1]; got "
                         f"{value!r}."
+                    )
+            elif field.name == "departure_margin":
+                check_positive_real(value, f"CostModel({field.name}=...)")
+                if value < 1.0:
+                    raise ValueError(
+                        "`CostModel(departure_margin=...)` is a factor of at least "
+                        f"1; got {value!r}."
                     )
             elif "per_second" in field.name:
                 # A rate divides: zero would make every decision divide by zero.

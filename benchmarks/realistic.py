@@ -1,0 +1,383 @@
+"""Realistic programs as users write them (Python-unrolled loops of `mv`s and
+solves), `lxd.jit` + `Auto` against `jax.jit` + plain lineax, on whatever backend
+JAX sees: the first call (trace + compile + run, a fresh program) and the steady
+run, with `Lazy`, `Roll` and `Materialise` forced under `lxd.jit` beside them.
+
+Programs
+--------
+
+- `rk4_stencil`: 6 steps of classic RK4 (24 `mv` sites) of `u' = -A u`, `A` a
+  2-D variable-coefficient five-point stencil on an `s x s` grid (s = 48).
+- `power_iteration`: 12 steps `x <- A x / |A x|`, `A` a chain of 12 dense
+  256 x 256 layers.
+- `implicit_cg`: 3 implicit Euler steps `(I + A) x_{k+1} = x_k`, `A = B^T B`,
+  `B` a chain of 8 dense 512 x 512 layers, `lxd.CG`.
+- `heat_lineax_cg`: 4 implicit steps of the 2-D heat equation (s = 32) with
+  lineax's own `lx.CG`.
+- `arnoldi`: 8 steps of Arnoldi (modified Gram-Schmidt) of a chain of 16 dense
+  128 x 128 layers.
+- `newton_residual`: two steps of iterative refinement `x <- x + A^{-1}(b - A x)`
+  (both `mv` and solves of one SPD operator `I + B^T B`, `B` 8 dense 256 x 256
+  layers, `lxd.CG`).
+- `small_dense_sum`: the sum of 8 independent `mv`s of a chain of 32 dense
+  64 x 64 layers.
+- `stencil_1d_steps`: 16 explicit Euler steps of a 1-D three-point stencil at
+  n = 4096 (a cheap `mv`).
+
+Halves: a program's half is fixed by its position in the list above (even:
+`fit`, odd: `held_out`), chosen before any measurement; a constant of the decision
+rule is set from the `fit` half only, and the `held_out` half scores it.
+
+How to run
+----------
+
+    python -m benchmarks.realistic             # every program, 2 rounds
+    python -m benchmarks.realistic --quick     # smaller sizes, 1 round
+    python -m benchmarks.realistic --half held_out
+
+Results: `<out>/realistic.json` and `.png` (`--out`, default
+`benchmarks/results/<jax version>`).
+"""
+
+import statistics
+import time
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+
+import lineax_dispatch as lxd
+from benchmarks import harness
+
+
+FULL = dict(rounds=2, scale=1.0)
+QUICK = dict(rounds=1, scale=0.25)
+VARIANTS = ("lineax", "Auto", "Lazy", "Roll", "Materialise")
+POLICY = dict(Auto=lxd.Auto, Lazy=lxd.Lazy, Roll=lxd.Roll, Materialise=lxd.Materialise)
+
+
+def _size(n: int, scale: float, least: int = 8) -> int:
+    return max(least, int(round(n * scale)))
+
+
+def _dense_chain(n: int, layers: int, seed: int):
+    keys = jax.random.split(jax.random.key(seed), layers)
+    return tuple(
+        jnp.eye(n, dtype=jnp.float32)
+        + 0.5 * jax.random.normal(k, (n, n), jnp.float32) / jnp.sqrt(n)
+        for k in keys
+    )
+
+
+def _chain(weights, x):
+    for w in weights:
+        x = w @ x
+    return x
+
+
+def _normal(weights, x):
+    y = _chain(weights, x)
+    for w in reversed(weights):
+        y = w.T @ y
+    return y
+
+
+def _operator(fn, n: int, policy, spd: bool):
+    """`fn` (an `eqx.Partial` whose arrays are leaves) as a plain lineax operator
+    (policy `None`) or one of ours."""
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    tags = lx.positive_semidefinite_tag if spd else ()
+    if policy is None:
+        return lx.FunctionLinearOperator(fn, structure, tags, closure_convert=False)
+    return lxd.FunctionLinearOperator(
+        fn, structure, tags, closure_convert=False, policy=policy
+    )
+
+
+def _stencil_2d(s: int, seed: int):
+    coefficient = 1.0 + jax.random.uniform(jax.random.key(seed), (s, s), jnp.float32)
+
+    def apply(c, x):
+        u = x.reshape(s, s)
+        p = jnp.pad(u, 1)
+        lap = 4 * u - p[:-2, 1:-1] - p[2:, 1:-1] - p[1:-1, :-2] - p[1:-1, 2:]
+        return (c * lap).reshape(-1) * (s / 4.0) ** 2 / s**2
+
+    return eqx.Partial(apply, coefficient), s * s
+
+
+def rk4_stencil(scale: float):
+    fn, n = _stencil_2d(_size(48, scale), 0)
+    dt = 0.2
+
+    def program(op, u):
+        for _ in range(6):
+            k1 = -op.mv(u)
+            k2 = -op.mv(u + 0.5 * dt * k1)
+            k3 = -op.mv(u + 0.5 * dt * k2)
+            k4 = -op.mv(u + dt * k3)
+            u = u + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return u
+
+    return fn, n, False, program
+
+
+def power_iteration(scale: float):
+    n = _size(256, scale)
+    fn = eqx.Partial(_chain, _dense_chain(n, 12, 1))
+
+    def program(op, x):
+        for _ in range(12):
+            x = op.mv(x)
+            x = x / jnp.linalg.norm(x)
+        return x
+
+    return fn, n, False, program
+
+
+def _shifted_normal(weights, x):
+    return x + _normal(weights, x)
+
+
+def implicit_cg(scale: float):
+    n = _size(512, scale)
+    fn = eqx.Partial(_shifted_normal, _dense_chain(n, 8, 2))
+    solver = lxd.CG(rtol=1e-5, atol=1e-5)
+
+    def program(op, x):
+        for _ in range(3):
+            x = lx.linear_solve(op, x, solver).value
+        return x
+
+    return fn, n, True, program
+
+
+def heat_lineax_cg(scale: float):
+    stencil, n = _stencil_2d(_size(32, scale), 3)
+    fn = eqx.Partial(lambda c, x: x + 4.0 * stencil(x), None)
+    solver = lx.CG(rtol=1e-5, atol=1e-5)
+
+    def program(op, x):
+        for _ in range(4):
+            x = lx.linear_solve(op, x, solver).value
+        return x
+
+    return fn, n, True, program
+
+
+def arnoldi(scale: float):
+    n = _size(128, scale)
+    fn = eqx.Partial(_chain, _dense_chain(n, 16, 4))
+
+    def program(op, x):
+        basis = [x / jnp.linalg.norm(x)]
+        for _ in range(8):
+            w = op.mv(basis[-1])
+            for v in basis:
+                w = w - jnp.vdot(v, w) * v
+            basis.append(w / jnp.linalg.norm(w))
+        return jnp.stack(basis)
+
+    return fn, n, False, program
+
+
+def newton_residual(scale: float):
+    n = _size(256, scale)
+    fn = eqx.Partial(_shifted_normal, _dense_chain(n, 8, 5))
+    solver = lxd.CG(rtol=1e-5, atol=1e-5)
+
+    def program(op, b):
+        x = jnp.zeros_like(b)
+        for _ in range(2):
+            x = x + lx.linear_solve(op, b - op.mv(x), solver).value
+        return x
+
+    return fn, n, True, program
+
+
+def small_dense_sum(scale: float):
+    n = _size(64, scale)
+    fn = eqx.Partial(_chain, _dense_chain(n, 32, 6))
+
+    def program(op, x):
+        return sum(op.mv(x * (1.0 + 0.1 * i)) for i in range(8))
+
+    return fn, n, False, program
+
+
+def stencil_1d_steps(scale: float):
+    n = _size(4096, scale)
+
+    def apply(_, x):
+        p = jnp.pad(x, 1)
+        return 2 * x - p[:-2] - p[2:]
+
+    fn = eqx.Partial(apply, None)
+
+    def program(op, x):
+        for _ in range(16):
+            x = x - 0.2 * op.mv(x)
+        return x
+
+    return fn, n, False, program
+
+
+PROGRAMS: dict[str, Callable] = {
+    f.__name__: f
+    for f in (
+        rk4_stencil,
+        power_iteration,
+        implicit_cg,
+        heat_lineax_cg,
+        arnoldi,
+        newton_residual,
+        small_dense_sum,
+        stencil_1d_steps,
+    )
+}
+HALF = {name: ("fit", "held_out")[i % 2] for i, name in enumerate(PROGRAMS)}
+
+
+def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
+    """One fresh program: the first call (trace, compile, run) and the median of
+    `runs` further calls, and its output."""
+    fn, n, spd, program = PROGRAMS[name](scale)
+    policy = None if variant == "lineax" else POLICY[variant]()
+    op = _operator(fn, n, policy, spd)
+    x = jax.random.normal(jax.random.key(7), (n,), jnp.float32)
+    x = jax.block_until_ready(x)
+    # A new function object: no cache of JAX's carries over between variants.
+    body = lambda op, x: program(op, x)
+    jitted = eqx.filter_jit(body) if policy is None else lxd.jit(body)
+    start = time.perf_counter()
+    out = jax.block_until_ready(jitted(op, x))
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(op, x))
+        times.append(time.perf_counter() - start)
+    record = dict(first_call_s=first, run_s=statistics.median(times))
+    if variant == "Auto":
+        record["explain"] = str(lxd.explain(body, op, x))
+    return record | dict(out=np.asarray(out, np.float64))
+
+
+def run(names, rounds: int, scale: float) -> dict:
+    found: dict = {name: {v: [] for v in VARIANTS} for name in names}
+    for r in range(rounds):
+        for name in names:
+            for variant in VARIANTS:
+                try:
+                    found[name][variant].append(measure(name, variant, scale))
+                except Exception as error:  # noqa: BLE001 - recorded, run goes on
+                    found[name][variant].append(dict(error=repr(error)[:500]))
+                print(f"round {r} {name} {variant}", flush=True)
+    results = {}
+    for name in names:
+        row: dict = {"half": HALF[name]}
+        reference = None
+        for variant in VARIANTS:
+            ok = [m for m in found[name][variant] if "error" not in m]
+            if not ok:
+                row[variant] = dict(error=found[name][variant][0]["error"])
+                continue
+            entry = dict(
+                first_call_s=min(m["first_call_s"] for m in ok),
+                run_s=min(m["run_s"] for m in ok),
+            )
+            if variant == "lineax":
+                reference = ok[0]["out"]
+            elif reference is not None:
+                entry["error_vs_lineax"] = harness.relative_error(
+                    ok[0]["out"], reference
+                )
+            if "explain" in ok[0]:
+                entry["explain"] = ok[0]["explain"]
+            row[variant] = entry
+        base = row.get("lineax", {})
+        for variant in VARIANTS[1:]:
+            entry = row[variant]
+            if "first_call_s" in entry and "first_call_s" in base:
+                entry["first_call_speedup"] = (
+                    base["first_call_s"] / entry["first_call_s"]
+                )
+                entry["run_ratio"] = entry["run_s"] / base["run_s"]
+        results[name] = row
+    return results
+
+
+def summary(results: dict) -> str:
+    rows = []
+    for name, row in results.items():
+        cells = [f"{name} ({row['half']})"]
+        for variant in VARIANTS:
+            entry = row[variant]
+            if "error" in entry:
+                cells.append("error")
+            elif variant == "lineax":
+                cells.append(
+                    f"{entry['first_call_s']:.2f}s/{entry['run_s'] * 1e3:.2f}ms"
+                )
+            else:
+                cells.append(
+                    f"{entry['first_call_speedup']:.2f}x/{entry['run_ratio']:.2f}x"
+                )
+        rows.append(cells)
+    headers = [
+        "program",
+        "lineax first/run",
+        *(f"{v} speedup/run" for v in VARIANTS[1:]),
+    ]
+    return harness.table(headers, rows)
+
+
+def _plot(results: dict):
+    def draw(path):
+        plt = harness.pyplot()
+        names = list(results)
+        fig, ax = plt.subplots(figsize=(10, 4))
+        width = 0.8 / (len(VARIANTS) - 1)
+        for i, variant in enumerate(VARIANTS[1:]):
+            values = [
+                results[name][variant].get("first_call_speedup", 0.0) for name in names
+            ]
+            ax.bar(np.arange(len(names)) + i * width, values, width, label=variant)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(np.arange(len(names)) + 0.4, names, rotation=30, ha="right")
+        ax.set_ylabel("first call: lineax time / ours")
+        ax.set_title(f"realistic programs, {harness.jax_label()}")
+        ax.legend(fontsize=8)
+        harness.save(fig, path)
+
+    return draw
+
+
+def main(argv=None) -> None:
+    parser = harness.parser(__doc__, FULL, QUICK)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--scale", type=float, default=None)
+    parser.add_argument("--half", choices=("fit", "held_out", "both"), default="both")
+    parser.add_argument("--programs", type=harness.name_list(list(PROGRAMS)))
+    args = parser.parse_args(argv)
+    harness.fill_defaults(args, FULL, QUICK)
+    names = args.programs or [n for n in PROGRAMS if args.half in ("both", HALF[n])]
+    env = harness.environment()
+    harness.print_setup(env, dict(rounds=args.rounds, scale=args.scale, programs=names))
+    results = run(names, args.rounds, args.scale)
+    print(summary(results))
+    payload = dict(
+        environment=env,
+        rounds=args.rounds,
+        scale=args.scale,
+        backend=jax.default_backend(),
+        results=results,
+    )
+    harness.write_results(args.out, "realistic", payload, _plot(results))
+
+
+if __name__ == "__main__":
+    main()
