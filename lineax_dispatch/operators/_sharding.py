@@ -65,6 +65,34 @@ def batch_as_structure(vectors: Any, structure: Any) -> Any:
     return jax.tree_util.tree_map(one, vectors, structure)
 
 
+def stack_sharding(operator: Any, vectors: Any) -> NamedSharding | None:
+    """Where the right-hand sides' types carry an Explicit mesh axis and the
+    operator's structure does not: the sharding of the solutions' stack (the batch
+    axis sharded as the right-hand sides', the rest replicated), in which the
+    stack is solved with the mesh's axes Auto (`jax.sharding.auto_axes`). Each
+    right-hand side then has the operator's structure (lineax compares shardings
+    too), and `vmap` batches the solvers' loops over an Auto axis (JAX cannot over
+    an Explicit one). `None` otherwise.
+
+    **Arguments:**
+
+    - `operator`: the operator.
+    - `vectors`: the right-hand sides, a leading batch axis on each leaf.
+
+    **Returns:**
+
+    A `jax.sharding.NamedSharding`, or `None`.
+    """
+    if sharded_structure(operator) is not None:
+        return None
+    for leaf in jax.tree_util.tree_leaves(vectors):
+        sharding = explicit_sharding(leaf)
+        if sharding is not None:
+            batch_axis = tuple(sharding.spec)[:1] or (None,)
+            return NamedSharding(sharding.mesh, PartitionSpec(*batch_axis))
+    return None
+
+
 def _order(sharding: NamedSharding, entry: Any) -> int:
     names = list(sharding.mesh.axis_names)
     return min(names.index(a) for a in _axes(entry))

@@ -17,7 +17,11 @@ from ..operators import (
     MatrixLinearOperator,
     with_policy,
 )
-from ..operators._sharding import batch_as_structure, sharded_structure
+from ..operators._sharding import (
+    batch_as_structure,
+    sharded_structure,
+    stack_sharding,
+)
 from ..operators._structure import promotes_to
 from ..policies import (
     AbstractPolicy,
@@ -32,7 +36,7 @@ from ..policies import (
 from ..policies._dense import check_batch_size
 from ..policies._memory import policy_in_force
 from ._auto_solver import AutoSolver
-from ._batch_chunks import as_mesh, sharded, with_progress, without_explicit_axes
+from ._batch_chunks import as_mesh, sharded, with_progress
 from ._prepare import _single_array, _tags, expected_iterations
 
 
@@ -271,8 +275,6 @@ def batch_solve(
         )
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
-    if sharded_structure(operator) is None:
-        vectors = jtu.tree_map(without_explicit_axes, vectors)
     options = {} if options is None else options
     if mesh is not None:
         mesh = as_mesh(mesh)
@@ -325,14 +327,24 @@ def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_s
         dynamic, static = eqx.partition(operator, eqx.is_array)
         stopped = eqx.combine(lax.stop_gradient(dynamic), static)
         state = solver.init(stopped, options)
+        # What each solve closes over passes through `auto_axes` as arguments.
+        closed, closed_static = eqx.partition((operator, state, options), eqx.is_array)
 
-        def solve_one(vector):
-            sol = lx.linear_solve(
-                operator, vector, solver, options=options, state=state, throw=throw
-            )
-            return sol.value, sol.result, sol.stats
+        def solve_stack(closed, vectors):
+            operator, state, options = eqx.combine(closed, closed_static)
 
-        value, result, stats = _apply_stack(solve_one, vectors, strategy)
+            def solve_one(vector):
+                sol = lx.linear_solve(
+                    operator, vector, solver, options=options, state=state, throw=throw
+                )
+                return sol.value, sol.result, sol.stats
+
+            return _apply_stack(solve_one, vectors, strategy)
+
+        out_sharding = stack_sharding(operator, vectors)
+        if out_sharding is not None:
+            solve_stack = jax.sharding.auto_axes(solve_stack, out_sharding=out_sharding)
+        value, result, stats = solve_stack(closed, vectors)
     return lx.Solution(value=value, result=result, stats=stats, state=state)
 
 

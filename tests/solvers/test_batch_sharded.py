@@ -99,3 +99,109 @@ def test_batch_solve_sharded_over_eight_devices():
         timeout=600,
     )
     assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
+
+
+_EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
+    """
+    # `mesh=` given as `jax.make_mesh`'s default mesh (Explicit axes), as a mesh
+    # with Auto axes and as a list of devices, for every solver, called eagerly,
+    # under `jax.jit` and under `jax.jit` in the mesh's context; a batch that the
+    # mesh divides and one that it does not.
+    import jax, jax.numpy as jnp, lineax as lx, numpy as np
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    jax.config.update("jax_enable_x64", True)
+    import lineax_dispatch as lxd
+
+    assert len(jax.devices()) == 8, jax.devices()
+    rng = np.random.default_rng(0)
+    n = 6
+    m = rng.standard_normal((n, n))
+    a = jnp.asarray(m @ m.T / n + np.eye(n))
+    tags = lx.positive_semidefinite_tag
+    tol = dict(rtol=1e-10, atol=1e-10)
+    solvers = (
+        lx.AutoLinearSolver(well_posed=True),
+        lx.LU(),
+        lx.Cholesky(),
+        lx.QR(),
+        lx.CG(**tol),
+        lxd.CG(**tol),
+        lxd.MINRES(**tol),
+        lxd.GMRES(**tol),
+        lxd.BiCGStab(**tol),
+        lxd.LSMR(**tol),
+        lxd.Normal(lxd.GMRES(**tol)),
+        lxd.PolicySolver(lxd.GMRES(**tol), lxd.Lazy()),
+        lxd.AutoSolver(**tol),
+    )
+    meshes = {
+        "make_mesh default": jax.make_mesh((8,), ("rhs",)),
+        "Auto axes": jax.make_mesh((8,), ("rhs",), axis_types=(AxisType.Auto,)),
+        "devices": jax.devices(),
+    }
+    assert meshes["make_mesh default"].axis_types == (AxisType.Explicit,)
+    done = 0
+    for batch in (13, 16):
+        bs = jnp.asarray(rng.standard_normal((batch, n)))
+        expected = np.linalg.solve(np.asarray(a), np.asarray(bs).T).T
+        for solver in solvers:
+            op = lxd.MatrixLinearOperator(a, tags)
+            for name, mesh in meshes.items():
+                where = f"{name} {solver} batch={batch}"
+                eager = lxd.batch_solve(op, bs, solver, mesh=mesh)
+                solve = lambda b: lxd.batch_solve(op, b, solver, mesh=mesh).value
+                jitted = jax.jit(solve)(bs)
+                for got in (eager.value, jitted):
+                    assert got.shape == (batch, n), (where, got.shape)
+                    np.testing.assert_allclose(got, expected, atol=1e-8, err_msg=where)
+                assert eager.result._value.shape == (batch,), where
+                if name == "make_mesh default" and batch == 16:
+                    # Typed sharded over the mesh's axis, as JAX types on it.
+                    spec = jax.typeof(eager.value).sharding.spec
+                    assert tuple(spec)[:1] == ("rhs",), (where, spec)
+                if isinstance(mesh, jax.sharding.Mesh):
+                    with jax.set_mesh(mesh):
+                        in_context = jax.jit(solve)(bs)
+                    np.testing.assert_allclose(
+                        in_context, expected, atol=1e-8, err_msg=where
+                    )
+                done += 1
+    # Right-hand sides sharded over an Explicit axis along their batch axis, for an
+    # operator without a sharding, under `jax.jit` (eager calls are in the test
+    # above): the solution comes sharded as they came.
+    explicit = meshes["make_mesh default"]
+    bs = jnp.asarray(rng.standard_normal((16, n)))
+    expected = np.linalg.solve(np.asarray(a), np.asarray(bs).T).T
+    sharded = jax.device_put(bs, NamedSharding(explicit, P("rhs")))
+    for solver in solvers:
+        op = lxd.MatrixLinearOperator(a, tags)
+        for context in (False, True):
+            solve = jax.jit(lambda b: lxd.batch_solve(op, b, solver).value)
+            if context:
+                with jax.set_mesh(explicit):
+                    got = solve(sharded)
+            else:
+                got = solve(sharded)
+            where = f"pre-sharded {solver} context={context}"
+            np.testing.assert_allclose(got, expected, atol=1e-8, err_msg=where)
+            assert tuple(got.sharding.spec)[:1] == ("rhs",), (where, got.sharding)
+            done += 1
+    print("OK", done)
+    """
+)
+
+
+def test_every_solver_with_explicit_and_auto_meshes():
+    flags = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
+    env = dict(os.environ, XLA_FLAGS=flags.strip())
+    env.pop("JAX_PLATFORMS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _EVERY_SOLVER_ON_EVERY_MESH],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0 and "OK 104" in done.stdout, done.stdout + done.stderr
