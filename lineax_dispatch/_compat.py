@@ -395,7 +395,7 @@ def array_placement(x: Any) -> Any:
     `format.layout`, which build a `Format` at each read)."""
     if not getattr(x, "_committed", False):
         if _DEFAULT_DEVICE is None:  # pragma: no cover - JAX changed
-            return jax.config.jax_default_device
+            return jax.config.jax_default_device  # pyright: ignore[reportAttributeAccessIssue]
         return _DEFAULT_DEVICE.value
     try:
         layout = x._pjrt_layout

@@ -16,7 +16,7 @@ from .._compat import (
     with_jaxpr,
 )
 from ..policies.decision._records import Decision
-from ._arguments import OutputBox
+from ._arguments import CallConvention, OutputBox
 from ._decide import Plan
 from ._errors import unpatched_jit
 from ._trace import Trace
@@ -136,6 +136,60 @@ class Program:
         outlined call on jax < 0.11), so no run-time error for `lxd.jit` to wait
         for and raise as `equinox.filter_jit` does."""
         return self._compiled is not None and not self._callbacks
+
+
+class Lowered:
+    """What `lxd.jit(f).lower(...)` returns: `jax.jit`'s `jax.stages.Lowered` of
+    the (rewritten) program, whose `compile()` gives an `Executable`. Its other
+    attributes (`as_text`, `cost_analysis`...) are the `jax.stages.Lowered`'s.
+
+    **Arguments:**
+
+    - `lowered`: the program's `jax.stages.Lowered`.
+    - `convention`: how the compiled program is called (a `CallConvention`).
+    - `box`: the box of the program's output.
+    """
+
+    def __init__(self, lowered: Any, convention: CallConvention, box: OutputBox):
+        self._lowered = lowered
+        self._convention = convention
+        self._box = box
+
+    def compile(self, *args, **kwargs) -> "Executable":
+        """As `jax.stages.Lowered.compile`; returns an `Executable`."""
+        compiled = self._lowered.compile(*args, **kwargs)
+        return Executable(compiled, self._convention, self._box)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lowered, name)
+
+
+class Executable:
+    """What `lxd.jit(f).lower(...).compile()` returns: called as `jax.jit`'s
+    `jax.stages.Compiled` is (without the arguments `static_argnums` and
+    `static_argnames` make static; see `CallConvention`), returning what a call of
+    `lxd.jit(f)` returns. Its other attributes (`as_text`, `input_shardings`...)
+    are the `jax.stages.Compiled`'s.
+
+    **Arguments:**
+
+    - `compiled`: the program's `jax.stages.Compiled`.
+    - `convention`: how it is called.
+    - `box`: the box of its output.
+    """
+
+    def __init__(self, compiled: Any, convention: CallConvention, box: OutputBox):
+        self._compiled = compiled
+        self._convention = convention
+        self._box = box
+
+    def __call__(self, *args, **kwargs):
+        split = self._convention.split(args, kwargs)
+        out = self._compiled(*split.dynamic_args, **split.dynamic_kwargs)
+        return self._box.combine(out)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled, name)
 
 
 def compile_program(

@@ -18,12 +18,13 @@ from . import _compiled, _trace
 from ._arguments import (
     Arguments,
     array_signature,
+    CallConvention,
     check_jit_kwargs,
     check_static_arguments,
     split_arguments,
     StaticSpec,
 )
-from ._compiled import compile_program, Compiled
+from ._compiled import compile_program, Compiled, Lowered
 from ._decide import plan_program
 from ._errors import new_jit_id, readable_errors
 from ._trace import trace_program
@@ -113,8 +114,8 @@ class CompileAware:
                 self._compiled[split.key] = entry
         return entry
 
-    def _run(self, method: str, split: Arguments):
-        entry = self.compiled(split)
+    def _run(self, method: str, split: Arguments, entry: Compiled | None = None):
+        entry = self.compiled(split) if entry is None else entry
         outer = current_session()
         if outer is not None:  # called in another `lxd.jit`'s trace
             outer.embedded.update(entry.names)
@@ -190,9 +191,17 @@ class CompileAware:
 
         **Returns:**
 
-        A `jax.stages.Lowered`; `.compile()` compiles it.
+        A `jax.stages.Lowered` of the program (wrapped: the attributes are
+        its); `.compile()` compiles it to a function called as `jax.jit`'s
+        compiled function is (without the arguments `static_argnums` and
+        `static_argnames` make static; the other static leaves, Python numbers
+        among them, as lowered), returning what a call returns.
         """
-        return self._run("lower", self.split(args, kwargs))
+        split = self.split(args, kwargs)
+        entry = self.compiled(split)
+        lowered = self._run("lower", split, entry)
+        convention = CallConvention(self._spec, args, kwargs, split)
+        return Lowered(lowered, convention, entry.box)
 
 
 def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
