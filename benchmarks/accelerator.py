@@ -140,6 +140,8 @@ def summary_table(parity: dict, benchmarks: dict) -> str:
     from benchmarks import output
 
     def status(step: dict) -> str:
+        if step.get("not_run"):
+            return "not run"
         if step["timed_out"]:
             return "timed out"
         return "ok" if step["exit_status"] == 0 else f"exit {step['exit_status']}"
@@ -183,6 +185,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--bench-timeout", type=float, default=BENCH_TIMEOUT_S,
                         help="seconds for each benchmark (default %(default)s)")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for the benchmarks together; each gets at "
+                        "most what is left, and those left are not run")  # fmt: skip
     parser.add_argument("--case-timeout", type=float, default=None,
                         help="seconds for each parity case (parity's default)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -204,17 +209,22 @@ def main(argv=None) -> int:
     parity = run_parity(args, out)
 
     benchmarks: dict = {}
-    if not args.skip_benchmarks:
-        for name in args.benchmarks:
-            before = {p: p.stat().st_mtime for p in out.iterdir() if p.is_file()}
-            command = [sys.executable, "-m", f"benchmarks.{name}", "--out", str(out)]
-            step = run_step(name, command + BENCHMARKS[name], args.bench_timeout)
-            step["files"] = sorted(
-                p.name
-                for p in out.iterdir()
-                if p.is_file() and before.get(p) != p.stat().st_mtime
-            )
-            benchmarks[name] = step
+    end = time.monotonic() + (args.budget or float("inf"))
+    for name in [] if args.skip_benchmarks else args.benchmarks:
+        left = end - time.monotonic()
+        if left < 10:
+            benchmarks[name] = dict(exit_status=None, timed_out=False, seconds=0.0,
+                                    not_run="the --budget was spent")  # fmt: skip
+            continue
+        before = {p: p.stat().st_mtime for p in out.iterdir() if p.is_file()}
+        command = [sys.executable, "-m", f"benchmarks.{name}", "--out", str(out)]
+        step = run_step(name, command + BENCHMARKS[name], min(args.bench_timeout, left))
+        step["files"] = sorted(
+            p.name
+            for p in out.iterdir()
+            if p.is_file() and before.get(p) != p.stat().st_mtime
+        )
+        benchmarks[name] = step
 
     from benchmarks import output
 
