@@ -4,6 +4,7 @@ decision for each `Auto` operator kind's call sites, and the solves that are
 better decided together (one matrix build for k solves of one operator)."""
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -57,13 +58,15 @@ class Plan:
     decisions: dict[Any, Decision]
 
 
-def _restrict(decision: Decision, allowed: set[str], margin: float) -> Decision:
+def _restrict(
+    decision: Decision, allowed: set[str], margins: Mapping[str, float]
+) -> Decision:
     """`decision`, or the cheapest of its estimates among `allowed` strategies if it
     chose another (a strategy the rewrite cannot apply to these sites), departing
-    from `Lazy` only beyond `margin` (`CostModel.departure_margin`)."""
+    from `Lazy` only beyond its margin (`CostModel.margins()`)."""
     if decision.strategy in allowed:
         return decision
-    best = cheapest((e for e in decision.estimates if e.strategy in allowed), margin)
+    best = cheapest((e for e in decision.estimates if e.strategy in allowed), margins)
     policy = Lazy() if best is None else best.policy
     note = (
         f"{decision.strategy} cannot be applied to these call sites here; "
@@ -117,7 +120,7 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         # calls, or between which a loop cannot carry a value): one out-of-line
         # `mv` for all of them.
         allowed.add("Outline")
-    return _restrict(decision, allowed, model.departure_margin)
+    return _restrict(decision, allowed, model.margins())
 
 
 def operator_arrays(record: AutoRecord, group: Group) -> int:

@@ -46,11 +46,16 @@ def test_margin_keeps_lazy_below_it_and_departs_above_it():
             continue
         gain = _gain(plain)
         assert gain > 1.0
-        below = dataclasses.replace(model, departure_margin=gain * 1.01)
+        field = (
+            "materialise_margin"
+            if plain.strategy == "Materialise"
+            else "departure_margin"
+        )
+        below = dataclasses.replace(model, **{field: gain * 1.01})
         kept = decide(_observation(sites), below)
         assert kept.strategy == "Lazy"
         assert "measured error" in kept.reasons[-1]
-        above = dataclasses.replace(model, departure_margin=max(gain * 0.99, 1.0))
+        above = dataclasses.replace(model, **{field: max(gain * 0.99, 1.0)})
         assert decide(_observation(sites), above).strategy == plain.strategy
     assert decide(_observation(32), model).strategy != "Lazy"
 
@@ -58,14 +63,20 @@ def test_margin_keeps_lazy_below_it_and_departs_above_it():
 def test_margin_is_checked():
     with pytest.raises(ValueError, match="departure_margin"):
         lxd.CostModel(departure_margin=0.5)
+    with pytest.raises(ValueError, match="materialise_margin"):
+        lxd.CostModel(materialise_margin=0.9)
     with pytest.raises((TypeError, ValueError), match="departure_margin"):
         lxd.CostModel(departure_margin="3")
 
 
-@pytest.mark.parametrize("backend, margin", [("cpu", 1.0), ("tpu", None)])
-def test_machine_model_sets_margin_from_backend(monkeypatch, backend, margin):
+@pytest.mark.parametrize("backend", ["cpu", "tpu", "gpu"])
+def test_machine_model_sets_margins_from_backend(monkeypatch, backend):
     monkeypatch.setenv(_calibration.ENV, "off")
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
-    expected = _calibration.ACCELERATOR_MARGIN if margin is None else margin
-    assert lxd.Auto().model().departure_margin == expected
-    assert expected >= 1.0
+    model = lxd.Auto().model()
+    if backend == "cpu":
+        assert model.margins() == dict(Roll=1.0, Outline=1.0, Materialise=1.0)
+    else:
+        margins = _calibration.ACCELERATOR_MARGINS
+        assert model.departure_margin == margins["departure_margin"] > 1.0
+        assert model.materialise_margin == margins["materialise_margin"] > 1.0

@@ -81,14 +81,15 @@ _SCALES = {
 }
 
 
-# `CostModel.departure_margin` on a backend other than XLA:CPU, whose constants are
-# the CPU fit scaled by the five measurements: the factor by which its estimates
-# missed there (see `benchmarks.realistic`, fit half, on a TPU v5e).
-ACCELERATOR_MARGIN = 3.0
+# `CostModel`'s margins on a backend other than XLA:CPU, whose constants are the
+# CPU fit scaled by the five measurements: per strategy, the largest factor by
+# which its estimated gain over `Lazy` exceeded the measured one on the fit half
+# of `benchmarks.realistic` on a TPU v5e (`--fit-margins`).
+ACCELERATOR_MARGINS = dict(departure_margin=4.0, materialise_margin=9.0)
 
 
-def _margin(backend: str) -> float:
-    return 1.0 if backend == "cpu" else ACCELERATOR_MARGIN
+def _margins(backend: str) -> dict[str, float]:
+    return {} if backend == "cpu" else dict(ACCELERATOR_MARGINS)
 
 
 # A ratio outside these bounds is taken as a disturbed measurement and clipped.
@@ -258,6 +259,13 @@ def scaled_model(measured: dict[str, float], source: str) -> CostModel:
 
 
 def _describe(names: dict[str, str], measured: dict[str, float], path) -> str:
+    margins = (
+        ", ".join(
+            f"{k.removesuffix('_margin')} x{v:g}"
+            for k, v in _margins(names["backend"]).items()
+        )
+        or "none (the constants' own machine kind)"
+    )
     ratios = ", ".join(
         f"{name.removesuffix('_s')} x{measured[name] / _REFERENCE[name]:.2f}"
         for name in _SCALES
@@ -265,8 +273,7 @@ def _describe(names: dict[str, str], measured: dict[str, float], path) -> str:
     return (
         f"calibrated for this machine ({names['backend']} {names['device_kind']}, "
         f"{names['cpu']}, {names['cpus']} cpus; times over the reference "
-        f"machine's: {ratios}; departing from Lazy beyond "
-        f"{_margin(names['backend']):g}x; cached in {path})"
+        f"machine's: {ratios}; margins over Lazy: {margins}; cached in {path})"
     )
 
 
@@ -281,8 +288,8 @@ def machine_cost_model() -> CostModel:
     """
     setting = _setting()
     if setting == "off":
-        margin = _margin(jax.default_backend())
-        return CostModel(departure_margin=margin, source=f"defaults ({ENV}=off)")
+        margins = _margins(jax.default_backend())
+        return CostModel(**margins, source=f"defaults ({ENV}=off)")
     held = _MODEL.get()
     if held is not None and held[0] == setting:
         return held[1]
@@ -308,6 +315,6 @@ def machine_cost_model() -> CostModel:
         except OSError:
             path = f"{path} (not written: not writable)"
     model = scaled_model(measured, _describe(names, measured, path))
-    model = dataclasses.replace(model, departure_margin=_margin(names["backend"]))
+    model = dataclasses.replace(model, **_margins(names["backend"]))
     _MODEL.set((setting, model))
     return model

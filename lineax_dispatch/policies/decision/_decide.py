@@ -7,7 +7,7 @@ cheapest that fits the memory budget. The constants are in `CostModel` (this
 machine's by default; set your own with `Auto(cost_model=...)`). No JAX tracing
 happens here."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .._batching import Scan, VmapBatch
 from .._lazy import Lazy
@@ -19,18 +19,24 @@ from ._observation import Observation
 from ._records import Decision, Estimate
 
 
-def cheapest(candidates: Iterable[Estimate], margin: float = 1.0) -> Estimate | None:
+def cheapest(
+    candidates: Iterable[Estimate], margins: Mapping[str, float] | None = None
+) -> Estimate | None:
     """The allowed estimate of fewest seconds (`Lazy` on a tie), `None` if none is
-    allowed; `Lazy` (where allowed) unless that one is more than `margin` times
-    cheaper (`CostModel.departure_margin`)."""
+    allowed. With `margins` (`CostModel.margins()`), where `Lazy` is allowed, a
+    strategy is a candidate only where it is estimated more than its margin times
+    cheaper than `Lazy`."""
     allowed = [e for e in candidates if e.seconds is not None]
+    lazy = next((e for e in allowed if e.strategy == "Lazy"), None)
+    if lazy is not None and lazy.seconds is not None and margins:
+        allowed = [
+            e
+            for e in allowed
+            if e is lazy or e.seconds * margins.get(e.strategy, 1.0) < lazy.seconds
+        ]
     if not allowed:
         return None
-    best = min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
-    lazy = next((e for e in allowed if e.strategy == "Lazy"), None)
-    if lazy is not None and best is not lazy and best.seconds * margin >= lazy.seconds:
-        return lazy
-    return best
+    return min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -74,7 +80,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
     weight = max(o.runs, 1.0)
-    best = cheapest(costs, model.departure_margin)
+    best = cheapest(costs, model.margins())
     assert best is not None  # Lazy is always allowed
     reasons = [
         f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
@@ -101,8 +107,8 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         reasons.append(
             f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
             f"~{fastest.seconds:.3g} s ({others}), not more than "
-            f"{model.departure_margin:g}x (the model's measured error here) below "
-            "Lazy's."
+            f"{model.margins()[fastest.strategy]:g}x (the model's measured error "
+            "here) below Lazy's."
         )
     else:
         reasons.append(

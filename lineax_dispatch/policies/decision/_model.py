@@ -90,12 +90,13 @@ class CostModel(eqx.Module):
     - `refresh_pass`: run time of one residual pass of CG's one-site loop beyond
         its `mv` and its vector traffic: what the inline layout saves for each
         refresh and each check of the true residual.
-    - `departure_margin`: how much cheaper than lineax's behaviour (`Lazy`) a
-        strategy must be estimated before `Auto` departs from it: the factor by
-        which the model's estimates were measured to miss on the backend. 1 on
-        XLA:CPU, where the constants were fitted; more on a backend where they
-        are scaled from the CPU's (a wrong `Roll` or `Materialise` costs more
-        than a missed one).
+    - `departure_margin`: how much cheaper than lineax's behaviour (`Lazy`)
+        `Roll` or `Outline` must be estimated before `Auto` departs from it: the
+        factor by which the model's estimated gain was measured to exceed the
+        real one on the backend. 1 on XLA:CPU, where the constants were fitted;
+        more on a backend where they are scaled from the CPU's (a wrong
+        departure costs more than a missed one).
+    - `materialise_margin`: the same for `Materialise`.
     - `source`: where the constants come from, as `lxd.explain` reports it.
 
     Where a user gives no cost model, `Auto` and `AutoSolver` use this machine's:
@@ -151,7 +152,22 @@ class CostModel(eqx.Module):
     # steady`'s operator), one site against inline.
     refresh_pass: float = 1.5e-6
     departure_margin: float = 1.0
+    materialise_margin: float = 1.0
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
+
+    def margins(self) -> dict[str, float]:
+        """Each strategy's margin over `Lazy` (`departure_margin`,
+        `materialise_margin`).
+
+        **Returns:**
+
+        A dict from strategy name to factor.
+        """
+        return {
+            "Roll": self.departure_margin,
+            "Outline": self.departure_margin,
+            "Materialise": self.materialise_margin,
+        }
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
@@ -189,12 +205,12 @@ class CostModel(eqx.Module):
                         "`CostModel(outline_clone=...)` is a fraction in [0, 1]; got "
                         f"{value!r}."
                     )
-            elif field.name == "departure_margin":
+            elif field.name in ("departure_margin", "materialise_margin"):
                 check_positive_real(value, f"CostModel({field.name}=...)")
                 if value < 1.0:
                     raise ValueError(
-                        "`CostModel(departure_margin=...)` is a factor of at least "
-                        f"1; got {value!r}."
+                        f"`CostModel({field.name}=...)` is a factor of at least 1; "
+                        f"got {value!r}."
                     )
             elif "per_second" in field.name:
                 # A rate divides: zero would make every decision divide by zero.

@@ -218,8 +218,8 @@ def rolling_pays(callee: Any, k: int) -> bool:
     the user's with heavy work: unless that work is solves of `Auto` operators
     alone, yes; else where the k - 1 copies of the solves rolling saves take
     longer to compile than the rolled loop (`roll_fixed`, `roll_site` a call) and
-    its `runs` runs (`roll_step` a call), by more than the model's
-    `departure_margin`. A solve of a cheap `mv` compiles in a
+    its `runs` runs (`roll_step` a call), by more than the model's margin for
+    `Roll`. A solve of a cheap `mv` compiles in a
     few milliseconds more per copy, which rolling k of them costs more than.
 
     **Arguments:**
@@ -242,4 +242,4 @@ def rolling_pays(callee: Any, k: int) -> bool:
         return True
     model, runs = read
     rolled = model.roll_fixed + k * (model.roll_site + runs * model.roll_step)
-    return (k - 1) * copy > model.departure_margin * rolled
+    return (k - 1) * copy > model.margins()["Roll"] * rolled
