@@ -735,7 +735,7 @@ def table(rows: Sequence[dict]) -> str:
         )
         for (group, policy), c in cells.items()
     ]
-    headers = ("group", "policy", "rows", "worst err/baseline", "verdicts")
+    headers = ("group", "policy", "rows", "worst err / max(baseline, 1e-6)", "verdicts")
     return output.table(headers, body)
 
 
