@@ -56,6 +56,8 @@ from benchmarks import harness
 FULL = dict(rounds=2, scale=1.0)
 QUICK = dict(rounds=1, scale=0.25)
 VARIANTS = ("lineax", "Auto", "Lazy", "Roll", "Materialise")
+# Runs of a compiled program, as `Auto()` weighs compile against run time.
+RUNS = 100
 POLICY = dict(Auto=lxd.Auto, Lazy=lxd.Lazy, Roll=lxd.Roll, Materialise=lxd.Materialise)
 
 
@@ -262,7 +264,15 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
         times.append(time.perf_counter() - start)
     record = dict(first_call_s=first, run_s=statistics.median(times))
     if variant == "Auto":
-        record["explain"] = str(lxd.explain(body, op, x))
+        report = lxd.explain(body, op, x)
+        record["explain"] = str(report)
+        record["decisions"] = [
+            dict(
+                strategy=row.decision.strategy,
+                estimates={e.strategy: e.seconds for e in row.decision.estimates},
+            )
+            for row in report.rows
+        ]
     return record | dict(out=np.asarray(out, np.float64))
 
 
@@ -297,6 +307,7 @@ def run(names, rounds: int, scale: float) -> dict:
                 )
             if "explain" in ok[0]:
                 entry["explain"] = ok[0]["explain"]
+                entry["decisions"] = ok[0]["decisions"]
             row[variant] = entry
         base = row.get("lineax", {})
         for variant in VARIANTS[1:]:
@@ -308,6 +319,68 @@ def run(names, rounds: int, scale: float) -> dict:
                 entry["run_ratio"] = entry["run_s"] / base["run_s"]
         results[name] = row
     return results
+
+
+def _total(entry: dict) -> float:
+    """Compile + `RUNS` runs, as `Auto` weighs them: the first call (compile and
+    one run) and `RUNS - 1` steady runs."""
+    return entry["first_call_s"] + (RUNS - 1) * entry["run_s"]
+
+
+def fit_margins(results: dict, half: str = "fit") -> dict:
+    """Per strategy, the largest factor by which `Auto`'s estimated gain over
+    `Lazy` (its first decision's estimates) exceeded the measured gain (compile +
+    `RUNS` runs, the forced policies under `lxd.jit`) on the programs of `half`:
+    the margins of `CostModel` (at least 1)."""
+    found: dict = {"Roll": [1.0], "Materialise": [1.0]}
+    for row in results.values():
+        if row["half"] != half or not row["Auto"].get("decisions"):
+            continue
+        estimates = row["Auto"]["decisions"][0]["estimates"]
+        lazy = estimates.get("Lazy")
+        for strategy, ratios in found.items():
+            estimate, measured = estimates.get(strategy), row[strategy]
+            if not lazy or not estimate or "first_call_s" not in measured:
+                continue
+            predicted_gain = lazy / estimate
+            measured_gain = _total(row["Lazy"]) / _total(measured)
+            ratios.append(predicted_gain / measured_gain)
+    return dict(
+        departure_margin=max(found["Roll"]),
+        materialise_margin=max(found["Materialise"]),
+    )
+
+
+def replay(results: dict, margins: dict, half: str = "held_out") -> dict:
+    """What `Auto` with `margins` picks on each program of `half` from its recorded
+    estimates, and that strategy's measured first call and steady run against
+    lineax's."""
+    margin = dict(
+        Roll=margins["departure_margin"], Materialise=margins["materialise_margin"]
+    )
+    out = {}
+    for name, row in results.items():
+        if row["half"] != half or not row["Auto"].get("decisions"):
+            continue
+        estimates = row["Auto"]["decisions"][0]["estimates"]
+        lazy = estimates.get("Lazy")
+        candidates = [
+            (seconds, strategy)
+            for strategy, seconds in estimates.items()
+            if strategy in margin
+            and seconds is not None
+            and lazy is not None
+            and seconds * margin[strategy] < lazy
+        ]
+        pick = min(candidates)[1] if candidates else "Lazy"
+        entry = row[pick]
+        if "first_call_s" in entry:
+            out[name] = dict(
+                strategy=pick,
+                first_call_speedup=entry["first_call_speedup"],
+                run_ratio=entry["run_ratio"],
+            )
+    return out
 
 
 def summary(results: dict) -> str:
@@ -369,12 +442,18 @@ def main(argv=None) -> None:
     harness.print_setup(env, dict(rounds=args.rounds, scale=args.scale, programs=names))
     results = run(names, args.rounds, args.scale)
     print(summary(results))
+    margins = fit_margins(results)
+    replayed = replay(results, margins)
+    print(f"margins from the fit half: {margins}")
+    print(f"held-out half replayed with them: {replayed}")
     payload = dict(
         environment=env,
         rounds=args.rounds,
         scale=args.scale,
         backend=jax.default_backend(),
         results=results,
+        fitted_margins=margins,
+        held_out_replayed=replayed,
     )
     harness.write_results(args.out, "realistic", payload, _plot(results))
 
