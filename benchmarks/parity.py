@@ -635,7 +635,7 @@ def supervise(
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
                     why = "the time budget is spent" if over_budget else (
-                        f"no answer in {limit:.0f} s ({current or 'setup'})")  # fmt: skip
+                        f"no answer in {limit:g} s ({current or 'setup'})")  # fmt: skip
                     print(f"  {why}: ended the process", flush=True)
                     break
                 time.sleep(0.25)
@@ -657,7 +657,7 @@ def supervise(
             lost = current or remaining[0]
             if timed_out:
                 rows[lost] = _lost_row(
-                    lost, "timed out", f"no answer in {case_timeout:.0f} s"
+                    lost, "timed out", f"no answer in {case_timeout:g} s"
                 )
             else:
                 rows[lost] = _lost_row(
@@ -765,7 +765,8 @@ def plot(rows: Sequence[dict], title: str, path: Path) -> None:
     ax.set_xlabel("baseline's relative error (plain lineax / loop of mv)")
     ax.set_ylabel("our relative error (float64 reference)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     output.save(fig, path)
 
 
