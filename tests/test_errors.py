@@ -17,6 +17,27 @@ def test_unknown_policy():
         lxd.MatrixLinearOperator(jnp.eye(2), policy="lazy")
 
 
+def test_unknown_policy_suggests_only_exported_policies():
+    with pytest.raises(TypeError) as info:
+        lxd.linear_solve(lxd.MatrixLinearOperator(jnp.eye(2)), jnp.ones(2), policy="x")
+    message = str(info.value)
+    suggested = message.split("one of ")[1].split(";")[0].split(", ")
+    assert suggested, message
+    for name in suggested:
+        cls = getattr(lxd, name.removesuffix("()"), None)
+        assert cls is not None, f"{name} is suggested but not exported"
+        cls()  # each suggestion can be made as written
+    assert "Abstract" not in message
+
+
+@pytest.mark.parametrize("bad", ["yes", 1.5, "True"])
+def test_auto_solver_well_posed_is_checked_when_made(bad):
+    with pytest.raises(TypeError, match=r"well_posed.*True.*False.*None"):
+        lxd.AutoSolver(well_posed=bad)
+    for good in (None, True, False):
+        assert lxd.AutoSolver(well_posed=good).well_posed is good
+
+
 def test_policy_class_instead_of_instance():
     with pytest.raises(TypeError, match=r"`policy`.*instantiate it: Outline\(\)"):
         lxd.DiagonalLinearOperator(jnp.ones(2), policy=lxd.Outline)

@@ -118,10 +118,11 @@ def _concrete_policies() -> list[type[AbstractPolicy]]:
     while stack:
         cls = stack.pop()
         stack.extend(cls.__subclasses__())
-        # Private policies (the library's own, never given by a user) aside.
-        if not getattr(
-            cls, "__abstractmethods__", None
-        ) and not cls.__name__.startswith("_"):
+        # Abstract bases and private policies (the library's own, never given by
+        # a user) aside.
+        if not getattr(cls, "__abstractmethods__", None) and not (
+            cls.__name__.startswith(("_", "Abstract"))
+        ):
             found.append(cls)
     return sorted(found, key=lambda c: c.__name__)
 

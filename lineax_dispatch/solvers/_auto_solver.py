@@ -129,6 +129,12 @@ class AutoSolver(lx.AbstractLinearSolver):
             check_tolerance(getattr(self, field), f"AutoSolver(..., {field}=...)")
         if self.max_steps is not None:
             check_positive_int(self.max_steps, "AutoSolver(..., max_steps=...)")
+        if self.well_posed not in (None, True, False):
+            raise TypeError(
+                "`well_posed` of `AutoSolver` must be `True`, `False` or `None` (as "
+                "lineax's `AutoLinearSolver`); got "
+                f"{self.well_posed!r} of type {type(self.well_posed).__name__}."
+            )
         if self.cost_model is not None and not isinstance(self.cost_model, CostModel):
             raise TypeError(
                 "`cost_model` of `AutoSolver` must be an `lxd.CostModel` or None; got "
