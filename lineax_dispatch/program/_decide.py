@@ -23,7 +23,14 @@ from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._decide import cheapest, decide
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
-from .analyse._groups import AutoGroup, find_groups, Group, same_arrays, substantial
+from .analyse._groups import (
+    AutoGroup,
+    find_groups,
+    Group,
+    same_arrays,
+    substantial,
+    transformation,
+)
 from .analyse._roll_plan import plan_roll
 from .analyse._solves import carried_layouts, rolling_pays
 from .analyse._stack_plan import plan_stack
@@ -75,7 +82,13 @@ def _restrict(
     return decision.with_reason(note, policy, memory_needed=0)
 
 
-def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> Decision:
+def decide_group(
+    record: AutoRecord,
+    group: Group,
+    jaxpr: Any,
+    arrays: int,
+    transformation: str | None = None,
+) -> Decision:
     """The decision for an `Auto` operator kind's call sites in a program.
 
     **Arguments:**
@@ -85,6 +98,11 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
     - `jaxpr`: the program's top level.
     - `arrays`: how many of the callee's inputs are the operator's arrays
         (`operator_arrays`).
+    - `transformation`: for calls of its name that a transformation of the
+        program made (`analyse._groups.transformation`), what they compute: they
+        are decided as that computation (its cost read from their callee), between
+        `Lazy` and `Roll`, which apply to any repeated call (a matrix, or an
+        out-of-line call of the operator, stands for its `mv` only).
 
     **Returns:**
 
@@ -106,13 +124,20 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         rollable=rollable,
         stackable=stackable,
         cost=jaxpr_cost(group.callee),
-        out_structure=out_leaves(group.callee),
+        out_structure=out_leaves(mv_callee(record, group)),
     )
     model = policy.model()
     decision = decide(observation, model)
     allowed = {"Lazy"}
     if rollable:
         allowed.add("Roll")
+    if transformation is not None:
+        decision = _restrict(decision, allowed, model.margins())
+        return decision.with_reason(
+            f"These calls are a transformation of its mv ({transformation}), "
+            f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
+            "matrix or an out-of-line call stands for the mv itself only)."
+        )
     if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
     if not rollable and group.call_sites >= 2:
@@ -121,6 +146,15 @@ def decide_group(record: AutoRecord, group: Group, jaxpr: Any, arrays: int) -> D
         # `mv` for all of them.
         allowed.add("Outline")
     return _restrict(decision, allowed, model.margins())
+
+
+def mv_callee(record: AutoRecord, group: Group) -> Any:
+    """The callee of the operator's `mv` for `group`: its own, or where a
+    transformation made its calls, the `mv` the record traced (whose outputs are
+    the operator's output structure; the transformed callee's are not)."""
+    if record.applies(group.callee) or not record.callees:
+        return group.callee
+    return record.callees[0]
 
 
 def operator_arrays(record: AutoRecord, group: Group) -> int:
@@ -149,17 +183,17 @@ def plan_program(closed: Any, active: Session) -> Plan:
     autos: list[AutoGroup] = []
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
-        # A call of the operator's name under a transformation (its JVP, primal
-        # with residuals, transpose): not its `mv`, but a repeated computation
-        # like any other.
-        transformed = record is not None and not record.applies(group.callee)
-        if transformed:
-            record = None
         if record is not None:
+            # A call of the operator's name under a transformation (batched, its
+            # JVP, primal with residuals, transpose) is not its `mv`, but a
+            # repeated computation decided as what it is.
+            how = None
+            if not record.applies(group.callee):
+                how = transformation(record, group.callee)
             arrays = operator_arrays(record, group)
-            decision = decide_group(record, group, jaxpr, arrays)
+            decision = decide_group(record, group, jaxpr, arrays, how)
             sites = tuple(equation_site(e) for e in group.equations(jaxpr))
-            autos.append(AutoGroup(record, group, decision, sites))
+            autos.append(AutoGroup(record, group, decision, sites, how))
             policy = decision.policy
             if isinstance(policy, Roll):
                 actions[key] = Action("roll")
@@ -173,17 +207,19 @@ def plan_program(closed: Any, active: Session) -> Plan:
             continue
         elif group.name == MARKED_NAME:
             actions[key] = Action("roll")  # a `Roll` operator's sites
-        elif (transformed or not group.name.startswith(MARKED_NAME)) and substantial(
-            group.callee
-        ):
-            # A repeated function of the user's, or a transformed `mv` of an
-            # `Auto` operator. (Other marked calls are applied inline: `Lazy`
-            # operators', or another `lxd.jit`'s.) Solves of cheap `mv`s are
-            # cheaper to compile again than to roll.
-            if transformed or rolling_pays(group.callee, len(group.sites)):
+        elif not group.name.startswith(MARKED_NAME) and substantial(group.callee):
+            # A repeated function of the user's. (Other marked calls are applied
+            # inline: `Lazy` operators', or another `lxd.jit`'s.) Solves of cheap
+            # `mv`s are cheaper to compile again than to roll.
+            if rolling_pays(group.callee, len(group.sites)):
                 actions[key] = Action("roll")
     decisions = {solve.key: solve.decision for solve in active.solves}
-    decisions.update((a.record.key, a.decision) for a in autos)
+    decisions.update((a.record.key, a.decision) for a in autos if not a.transformation)
+    # An operator kind met only in a transformation's calls: the decision of its
+    # group of most call sites.
+    transformed = [a for a in autos if a.transformation]
+    for a in sorted(transformed, key=lambda a: -a.group.call_sites):
+        decisions.setdefault(a.record.key, a.decision)
     return Plan(actions, autos, decisions)
 
 

@@ -14,7 +14,7 @@ from ..policies.calls._sites import site_text
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
-from ._decide import plan_program
+from ._decide import mv_callee, plan_program
 from ._jit import CompileAware
 from ._trace import trace_program
 from .analyse._solves import solve_sites
@@ -247,7 +247,7 @@ def _explain_program(fun: Callable, args: tuple, kwargs: dict) -> ExplainReport:
             a.group.executions,
             [site_text(site) for site in a.sites],
             jaxpr_cost(a.group.callee),
-            out_leaves(a.group.callee),
+            out_leaves(mv_callee(a.record, a.group)),
         )
         for a in autos
     ]

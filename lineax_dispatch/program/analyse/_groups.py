@@ -61,12 +61,49 @@ class Group:
 @dataclasses.dataclass
 class AutoGroup:
     """An `Auto` operator kind's group with its decision, for `lxd.jit` and
-    `lxd.explain`."""
+    `lxd.explain`: the calls of its `mv`, or (`transformation`, what they compute
+    instead, see `transformation`) calls of its name that a transformation of the
+    program made."""
 
     record: AutoRecord
     group: Group
     decision: Decision
     sites: tuple[tuple[str, int], ...]
+    transformation: str | None = None
+
+
+def transformation(record: AutoRecord, callee: Any) -> str:
+    """What calls of an `Auto` operator's marked call compute where their callee is
+    not its `mv` (`record.applies` is false): a transformation of the program made
+    them, read from how the callee's inputs and outputs compare with the `mv`'s.
+
+    **Arguments:**
+
+    - `record`: the operator kind's record (its plain `mv`s, `record.callees`).
+    - `callee`: the calls' callee, a `ClosedJaxpr`.
+
+    **Returns:**
+
+    A phrase naming the transformation.
+    """
+    ins, outs = len(callee.in_avals), len(callee.out_avals)
+    types = [(a.shape, a.dtype) for a in (*callee.in_avals, *callee.out_avals)]
+    for plain in record.callees:
+        plain_ins, plain_outs = len(plain.in_avals), len(plain.out_avals)
+        if (ins, outs) == (plain_ins, plain_outs):
+            avals = (*plain.in_avals, *plain.out_avals)
+            if types == [(a.shape, a.dtype) for a in avals]:
+                # (A linear `mv`'s transpose, or its primal as `jax.grad` splits
+                # it, takes and gives what the `mv` does.)
+                return "the primal or the transpose of a `jax.grad` or `jax.vjp`"
+            return "batched, as `jax.vmap` traces it"
+        if ins == plain_ins and outs > plain_outs:
+            return "a primal with residuals, as `jax.grad` and `jax.linearize` trace it"
+        if ins > plain_ins and outs == 2 * plain_outs:
+            return "a JVP, as `jax.jvp` and `jax.jacfwd` trace it"
+        if ins > plain_ins:
+            return "a transpose, as the backward pass of `jax.grad` traces it"
+    return "a transformation of it (`jax.vmap`, `jax.grad`, `jax.jvp`...)"
 
 
 # Per loop primitive, how many times its body runs per run of the loop.
