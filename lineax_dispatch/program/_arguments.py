@@ -308,7 +308,7 @@ class CallConvention:
         if tree != self._tree:
             raise TypeError(
                 "Function compiled with input pytree does not match the input "
-                f"pytree it was called with: compiled for {self._tree}, called with "
+                f"pytree it was called with. Compiled for {self._tree}, called with "
                 f"{tree}. (As for `jax.jit`, the arguments that `static_argnums` "
                 "and `static_argnames` make static are left out of the call.)"
             )
