@@ -11,6 +11,7 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, PyTree
 
+from .._precision import batched_products, default_precision
 from ..operators import (
     AbstractDispatchOperator,
     materialise,
@@ -33,6 +34,7 @@ from ..policies import (
     Scan,
     VmapBatch,
 )
+from ..policies._at_precision import at_precision
 from ..policies._dense import check_batch_size
 from ..policies._memory import policy_in_force
 from ._auto_solver import AutoSolver
@@ -119,12 +121,15 @@ def _vmaps_explicit_axes(
 
 
 def _apply_stack(fn, vectors, strategy: AbstractPolicy):
-    """`fn` on each vector of the stack, as `strategy` says."""
+    """`fn` on each vector of the stack, as `strategy` says: one at a time, or
+    batched, its products then at the precision one vector's have
+    (`_precision.batched_products`)."""
     if isinstance(strategy, Scan):
         return lax.map(fn, vectors)
-    if isinstance(strategy, VmapBatch) and strategy.batch_size is not None:
-        return lax.map(fn, vectors, batch_size=strategy.batch_size)
-    return jax.vmap(fn)(vectors)
+    with batched_products():
+        if isinstance(strategy, VmapBatch) and strategy.batch_size is not None:
+            return lax.map(fn, vectors, batch_size=strategy.batch_size)
+        return jax.vmap(fn)(vectors)
 
 
 def _materialised(operator: lx.AbstractLinearOperator, batch_size: int | None):
@@ -324,6 +329,15 @@ def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_s
             strategy = VmapBatch(batch_size=batch_size)
         if not _vmaps_explicit_axes(solver, operator):
             strategy = Scan()  # one after another
+        if not isinstance(strategy, Scan):
+            # Batched, the operator's products become matrix-matrix ones: at the
+            # precision of one `mv` (`_precision`), carried into lineax's solve,
+            # which is traced when the program is lowered.
+            with batched_products():
+                precision = default_precision()
+            if not isinstance(operator, AbstractDispatchOperator):
+                operator = with_policy(operator, Lazy())
+            operator = at_precision(operator, precision)
         dynamic, static = eqx.partition(operator, eqx.is_array)
         stopped = eqx.combine(lax.stop_gradient(dynamic), static)
         state = solver.init(stopped, options)
