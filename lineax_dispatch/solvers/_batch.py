@@ -54,7 +54,7 @@ def check_vectors(
 
     **Returns:**
 
-    The batch size.
+    The batch size (0 for an empty batch, which `vmap` maps as it maps any).
 
     **Raises:**
 
@@ -87,10 +87,7 @@ def check_vectors(
         raise ValueError(
             message + f" (leaves with different batch sizes {sorted(sizes)})."
         )
-    batch = sizes.pop() if sizes else 0
-    if batch == 0:
-        raise ValueError(message + " (an empty batch).")
-    return batch
+    return sizes.pop() if sizes else 0
 
 
 def _resolve_policy(
@@ -280,6 +277,12 @@ def batch_solve(
         )
     batch_size = check_batch_size(batch_size)
     batch = check_vectors(vectors, operator.out_structure(), "output structure")
+    if batch == 0:
+        raise ValueError(
+            "`vectors` of `lxd.batch_solve` is an empty batch (a leading axis of "
+            "size 0): there is no right-hand side to solve for (lineax's solve "
+            "under `jax.vmap` fails on it too)."
+        )
     options = {} if options is None else options
     if mesh is not None:
         mesh = as_mesh(mesh)

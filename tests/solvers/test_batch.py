@@ -152,6 +152,11 @@ def test_bad_vectors(vectors, match):
         expected = jnp.stack([op.mv(v) for v in vectors])
         np.testing.assert_allclose(lxd.batch_mv(op, vectors), expected, rtol=1e-6)
         return
+    if match == "empty batch":
+        # As `jax.vmap(op.mv)`: an empty stack of outputs.
+        out = lxd.batch_mv(op, vectors)
+        assert out.shape == jax.vmap(op.mv)(vectors).shape == (0, N)
+        return
     with pytest.raises(ValueError, match="`vectors`"):
         lxd.batch_mv(op, vectors)
 
