@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from ..policies import AbstractPolicy
 from ._base import AbstractDispatchOperator
+from ._sharding import as_stated
 from ._structure import flat_structure, FlatStructure, recorded_output_structure
 
 
@@ -79,6 +80,20 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         leaves, treedef = self.output_structure
         return jtu.tree_unflatten(treedef, leaves)
 
+    def raw_mv(self, vector: PyTree[Array]) -> PyTree[Array]:
+        """The function applied to `vector`, its output sharded as `out_structure()`
+        states (see `lineax_dispatch.operators._sharding.as_stated`).
+
+        **Arguments:**
+
+        - `vector`: a PyTree matching `self.in_structure()`.
+
+        **Returns:**
+
+        A PyTree matching `self.out_structure()`.
+        """
+        return as_stated(super().raw_mv(vector), self.out_structure())
+
 
 class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator):
     """[`lineax.JacobianLinearOperator`][] carrying a policy: the Jacobian
@@ -138,3 +153,17 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         """
         leaves, treedef = self.output_structure
         return jtu.tree_unflatten(treedef, leaves)
+
+    def raw_mv(self, vector: PyTree[Array]) -> PyTree[Array]:
+        """The function applied to `vector`, its output sharded as `out_structure()`
+        states (see `lineax_dispatch.operators._sharding.as_stated`).
+
+        **Arguments:**
+
+        - `vector`: a PyTree matching `self.in_structure()`.
+
+        **Returns:**
+
+        A PyTree matching `self.out_structure()`.
+        """
+        return as_stated(super().raw_mv(vector), self.out_structure())

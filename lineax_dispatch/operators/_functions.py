@@ -1,5 +1,7 @@
 """Policy-preserving versions of lineax's operator functions."""
 
+import jax.numpy as jnp
+import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, Shaped
 
@@ -7,6 +9,7 @@ from ..policies import AbstractPolicy, default_policy
 from ..policies._memory import check_dense_budget
 from ._base import AbstractDispatchOperator, holds_entries
 from ._convert import adopt
+from ._function import FunctionLinearOperator, JacobianLinearOperator
 
 
 def _policy_of(operator: lx.AbstractLinearOperator) -> AbstractPolicy:
@@ -92,6 +95,18 @@ def conj(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator:
         assert lxd.conj(op).policy == lxd.Lazy()  # the matrix [[-1j, 0], [0, 1]]
         ```
     """
+    if isinstance(operator, (FunctionLinearOperator, JacobianLinearOperator)):
+        # lineax wraps the function in a lineax operator, whose output structure
+        # it evaluates with the closed-over arrays as shapes alone (a sharding
+        # lost): built as ours, it states the structure the function gives.
+        return FunctionLinearOperator(
+            lambda vector: jtu.tree_map(
+                jnp.conj, operator.mv(jtu.tree_map(jnp.conj, vector))
+            ),
+            operator.in_structure(),
+            operator.tags,
+            policy=operator.policy,
+        )
     return adopt(lx.conj(operator), _policy_of(operator))
 
 

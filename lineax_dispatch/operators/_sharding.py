@@ -93,6 +93,44 @@ def stack_sharding(operator: Any, vectors: Any) -> NamedSharding | None:
     return None
 
 
+def as_stated(outputs: Any, structure: Any) -> Any:
+    """A function's outputs resharded as `structure` states them, where a leaf of
+    `structure` holds an explicit sharding that the output's type does not: what
+    an operator whose function holds sharded arrays (closure-converted, they are
+    part of the operator) gives where those arrays have lost their shardings.
+    lineax's `linear_solve` evaluates a solve abstractly with the solver state's
+    arrays, the operator's among them, as shapes and dtypes alone, so there `a @
+    y` with `a` sharded by rows is typed replicated, not as `y`. Elsewhere the
+    output's type is the structure's (the structure is what the function gives)
+    and nothing is resharded.
+
+    **Arguments:**
+
+    - `outputs`: the function's output, a PyTree of arrays.
+    - `structure`: the operator's output structure, a PyTree of
+        `jax.ShapeDtypeStruct`s.
+
+    **Returns:**
+
+    `outputs`, resharded where needed.
+    """
+
+    def one(x: Any, leaf: Any) -> Any:
+        stated = explicit_sharding(leaf)
+        if stated is None:
+            return x
+        ndim = len(leaf.shape)
+        if _padded(jax.typeof(x).sharding.spec, ndim) == _padded(stated.spec, ndim):
+            return x
+        return jax.sharding.reshard(x, stated)
+
+    return jax.tree_util.tree_map(one, outputs, structure)
+
+
+def _padded(spec: Any, ndim: int) -> tuple:
+    return tuple(spec) + (None,) * (ndim - len(spec))
+
+
 def _order(sharding: NamedSharding, entry: Any) -> int:
     names = list(sharding.mesh.axis_names)
     return min(names.index(a) for a in _axes(entry))
