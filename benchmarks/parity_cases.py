@@ -1,6 +1,6 @@
 """The parity zoo's cases (`benchmarks/parity.py`): the constants, the cases, the
-problem (float32 arrays and their float64 true matrices) and the operators, policies
-and solvers of each case."""
+problem (float32 arrays and their float64 true matrices), the operators, policies
+and solvers of each case, and the verdict on a row (`judge`)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass

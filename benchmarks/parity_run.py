@@ -1,6 +1,6 @@
 """Running the parity zoo's cases (`benchmarks/parity.py`): a `Runner` that computes
-a case and its baseline, the verdict (`judge`), and the worker processes that run
-them with a timeout per case (`supervise`)."""
+a case and its baseline, `case_row` (the row, judged by `parity_cases.judge`), and
+the worker processes that run the cases with a timeout per case (`supervise`)."""
 
 import json
 import os
