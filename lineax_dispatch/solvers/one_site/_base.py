@@ -206,6 +206,10 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         `solve_square`, and `Normal` for its inner solver) go through this rather
         than calling `solve_system` directly.
 
+        Where the system's right-hand side was divided by a power of two
+        (`system.unit`), the loop runs with `atol / unit` and the solution it
+        returns is multiplied back.
+
         **Arguments:** as for `solve_system`.
 
         **Returns:**
@@ -213,7 +217,21 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         What `solve_system` returns.
         """
         with own_code():
-            return self.solve_system(system, precond, y0)
+            y, result, stats = self.in_units(system.unit).solve_system(
+                system, precond, y0
+            )
+        if system.unit is not None:
+            y = y * system.unit.astype(y.dtype)
+        return y, result, stats
+
+    def in_units(self, unit: Array | None) -> "AbstractOneSiteSolver":
+        """This solver for a system whose right-hand side is the user's divided by
+        `unit`: its absolute tolerance divided by `unit` (a traced scalar), its
+        relative one as it is. Itself where `unit` is `None` or `atol` is 0."""
+        if unit is None or as_real(self.atol) == 0:
+            return self
+        atol = jnp.asarray(self.atol, unit.dtype) / unit
+        return eqx.tree_at(lambda s: s.atol, self, atol)
 
     def compute(
         self, state: Any, vector: PyTree[Array], options: dict[str, Any]

@@ -193,9 +193,15 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             alpha=jnp.where(is_p, h.alpha, jnp.where(is_res, one, s.alpha)),
             omega=jnp.where(is_s, h.omega, jnp.where(is_res, one, s.omega)),
             rho=jnp.where(is_p, h.rho, jnp.where(is_res, one, s.rho)),
-            # With s = 0 the residual is exactly 0: the update test (lineax's
-            # guard against stagnation) does not apply to an exact solve.
-            diff=jnp.where(is_s, jnp.where(h.nonzero, h.diff, 0), s.diff),
+            # With s = 0, or a residual pass finding `b - A y = 0` (`b = 0`,
+            # say), the residual is exactly 0: the update test (lineax's guard
+            # against stagnation) does not apply to an exact solve, and no step
+            # is taken (its scalars would be 0/0).
+            diff=jnp.where(
+                is_s | (is_res & ~h.nonzero),
+                jnp.where(h.nonzero, h.diff, 0),
+                s.diff,
+            ),
             step=s.step + is_s.astype(s.step.dtype),
             phase=jnp.where(is_p, _S_HALF, _P_HALF),
             finite=finite,

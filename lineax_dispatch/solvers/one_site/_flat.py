@@ -229,6 +229,20 @@ def _branch_select_batched(
     return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
+def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
+    scalar; 1 where `x` is zero or not finite. Dividing by it is exact (away from
+    overflow and subnormals)."""
+    real = jnp.finfo(x.dtype).dtype
+    if x.size == 0:
+        return jnp.ones((), real)
+    largest = jnp.max(jnp.abs(x)).astype(real)
+    _, exponent = jnp.frexp(largest)  # largest = mantissa * 2^exponent
+    unit = jnp.ldexp(jnp.ones((), real), exponent - 1)
+    usable = (largest > 0) & jnp.isfinite(largest)
+    return jnp.where(usable, unit, jnp.ones((), real))
+
+
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
 

@@ -21,6 +21,7 @@ from ...policies.calls._session import own_code
 from .._results import finish_result
 from ._base import AbstractOneSiteSolver
 from ._flat import (
+    binary_scale,
     flat_mv,
     Flattener,
     keep_conj,
@@ -118,7 +119,13 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         # traces its function once, here.)
         rmv = flat_mv(keep_conj(operator).transpose(), out_flat, system.flat)
         with own_code():
-            x, result, stats = self._run(system, rmv, out_flat, x0)
+            solver = self.in_units(system.unit)
+            x, result, stats = solver._run(system, rmv, out_flat, x0)
+        # The system's right-hand side is the user's divided by `unit`.
+        unit = system.unit
+        x = x * unit.astype(x.dtype)
+        for name in ("norm_r", "norm_Ar", "norm_x"):
+            stats[name] = stats[name] * unit
         return system.flat.unravel(x), result, stats
 
     def solve_system(
@@ -157,7 +164,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             _continues, ft.partial(self._pass, c), self._init_loop(c, out_flat, x0)
         )
         stats = dict(num_steps=s.itn, istop=s.istop, norm_r=s.normr)
-        stats.update(norm_Ar=s.normAr, norm_A=jnp.sqrt(s.normA2))
+        stats.update(norm_Ar=s.normAr, norm_A=s.normA)
         stats.update(cond_A=s.condA, norm_x=c.norm_x(s.x))
         result = self.steps_result(s.istop == 4)
         result = lx.RESULTS.where(s.istop < 3, lx.RESULTS.successful, result)
@@ -185,7 +192,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         scalars = {}
         for value, names in [
             (0.0, "alpha beta zetabar alphabar sbar betadd betad tautildeold"),
-            (0.0, "thetatilde zeta delta normA2 maxrbar normr normAr"),
+            (0.0, "thetatilde zeta delta normA maxrbar normr normAr"),
             (1.0, "rho rhobar cbar rhodold condA"),
             (jnp.finfo(rdtype).max, "minrbar"),
         ]:
@@ -228,7 +235,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
             zetabar=alpha * beta,
             alphabar=alpha,
             betadd=beta,
-            normA2=alpha**2,
+            normA=alpha,
             istop=istop,
             normr=beta,
             normAr=alpha * beta,
@@ -255,10 +262,20 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         if self.norm is two_norm and any(explicit_sharding(x) for x in leaves):
             # lineax's two norm is a `jnp.dot`, which JAX will not reduce over an
             # Explicit mesh axis without being told where the sum goes.
-            return lambda x: jnp.asarray(flat_two_norm(x), real)
-        promoted = [jax.ShapeDtypeStruct(x.shape, flat.dtype) for x in leaves]
-        view = Flattener(jtu.tree_unflatten(treedef, promoted), flat.dtype)
-        return lambda x: jnp.asarray(self.norm(view.unravel(x)), real)
+            measure = flat_two_norm
+        else:
+            promoted = [jax.ShapeDtypeStruct(x.shape, flat.dtype) for x in leaves]
+            view = Flattener(jtu.tree_unflatten(treedef, promoted), flat.dtype)
+            measure = lambda x: self.norm(view.unravel(x))  # noqa: E731
+
+        def norm(x: Array) -> Array:
+            # Of `x` divided by a power of two near its largest entry, multiplied
+            # back: a two norm squares the entries, which overflow (underflow)
+            # in float32 from about 1e19 (below 1e-19).
+            unit = binary_scale(x)
+            return jnp.asarray(measure(x / unit.astype(x.dtype)), real) * unit
+
+        return norm
 
     # `transpose` and `conj` are the base class's (LSMR takes no preconditioner).
 

@@ -40,7 +40,7 @@ class Loop(NamedTuple):
     thetatilde: Real[Array, ""]
     zeta: Real[Array, ""]
     delta: Real[Array, ""]
-    normA2: Real[Array, ""]
+    normA: Real[Array, ""]
     maxrbar: Real[Array, ""]
     normr: Real[Array, ""]
     normAr: Real[Array, ""]
@@ -119,10 +119,14 @@ def _rotate(st: Loop, damp: Real[Array, ""]) -> tuple[Loop, _Rotations]:
     cbar, sbar, rhobar = givens(rhotemp, thetanew)
     zeta = cbar * st.zetabar
     zetabar = -sbar * st.zetabar
-    # Update h, h_hat, x.
-    scale = -(thetabar * rho / (rhoold * rhobarold))
+    # Update h, h_hat, x. (The quotients by products of two of the operator's
+    # scalars are taken one factor at a time: the products of an operator's of
+    # norm 1e-20 underflow in float32. The barrier keeps XLA from rewriting
+    # `(a / b) / c` as `a / (b * c)`.)
+    ratios = lax.optimization_barrier((thetabar / rhoold, zeta / rho))
+    scale = -(ratios[0] * (rho / rhobarold))
     hbar = st.hbar * scale.astype(dtype) + st.h
-    step = zeta / (rho * rhobar)
+    step = ratios[1] / rhobar
     x = st.x + step.astype(dtype) * hbar
     h = st.h * -(thetanew / rho).astype(dtype) + st.v
     new = st._replace(
@@ -180,18 +184,21 @@ def _estimate_normr(st: Loop, new: Loop, rotations: _Rotations) -> Loop:
 def _estimate_normA_condA(
     st: Loop, new: Loop, rotations: _Rotations
 ) -> tuple[Loop, Real[Array, ""]]:
-    """`new` (the step's state so far, from `st`) with the estimates of `||A||^2`
+    """`new` (the step's state so far, from `st`) with the estimates of `||A||`
     and `cond(A)`; and the estimate of `||A||` the stopping rules read."""
     itn, rhobarold, rhotemp = new.itn, st.rhobar, rotations.rhotemp
-    # Estimate ||A||.
-    normA2 = st.normA2 + st.beta**2
-    normA = jnp.sqrt(normA2)
-    normA2 = normA2 + st.alpha**2
+    # Estimate ||A|| (by `hypot`: the squares of an operator's entries of 1e-20
+    # underflow in float32).
+    normA = jnp.hypot(st.normA, st.beta)
+    normA_next = jnp.hypot(normA, st.alpha)
     # Estimate cond(A).
-    maxrbar = jnp.maximum(st.maxrbar, rhobarold)
+    # (At the first step `rhobarold` is the recurrence's starting 1, not a
+    # value of the operator's: read by neither, or an operator of norm far from
+    # 1 would seem ill-conditioned.)
+    maxrbar = jnp.where(itn > 1, jnp.maximum(st.maxrbar, rhobarold), st.maxrbar)
     minrbar = jnp.where(itn > 1, jnp.minimum(st.minrbar, rhobarold), st.minrbar)
     condA = jnp.maximum(maxrbar, rhotemp) / jnp.minimum(minrbar, rhotemp)
-    new = new._replace(normA2=normA2, maxrbar=maxrbar, minrbar=minrbar, condA=condA)
+    new = new._replace(normA=normA_next, maxrbar=maxrbar, minrbar=minrbar, condA=condA)
     return new, normA
 
 
@@ -210,7 +217,10 @@ def _stopping_rules(
     # Compute norms for convergence testing.
     normAr = jnp.abs(new.zetabar)
     well_posed_tol = atol + rtol * (normA * norm_x(new.x) + st.normb)
-    least_squares_tol = atol + rtol * (normA * new.normr)
+    # (`A^H r` is in units of `A` times those of `b`: the absolute tolerance, in
+    # those of `b`, is scaled by the estimate of `||A||`, so that an operator of
+    # small scale does not pass it at `x = 0`.)
+    least_squares_tol = normA * (atol + rtol * new.normr)
     # maxiter exceeded; cond(A) seems to be greater than conlim; x solves the
     # least-squares problem, or A x = b, according to atol and rtol.
     istop = jnp.where(itn >= max_steps, 4, st.istop)

@@ -13,7 +13,7 @@ from lineax.internal import max_norm
 
 from ..._validate import check_square
 from ._base import AbstractOneSiteSolver
-from ._flat import all_finite, dot, keep_linearise, two_norm
+from ._flat import all_finite, binary_scale, dot, keep_linearise, two_norm
 from ._system import System
 
 
@@ -35,7 +35,7 @@ class _Loop(NamedTuple):
     w2: Inexact[Array, " n"]
     beta: Real[Array, ""]
     oldb: Real[Array, ""]
-    tnorm2: Real[Array, ""]
+    tnorm: Real[Array, ""]
     dbar: Real[Array, ""]
     epsln: Real[Array, ""]
     phibar: Real[Array, ""]
@@ -52,12 +52,11 @@ class _Loop(NamedTuple):
 
 class _Constants(NamedTuple):
     """What MINRES's loop reads besides its state: the bound `max_steps` on its
-    steps, the real dtype's `eps` and `rcond` (`2 eps n`), the zero scalar and
+    steps, `rcond` (`2 eps n`, `eps` the real dtype's), the zero scalar and
     vector a restart resets the recurrences to, and the `tolerance` of a
     right-hand side."""
 
     max_steps: int
-    eps: Any
     rcond: Any
     zero: Real[Array, ""]
     zeros: Inexact[Array, " n"]
@@ -79,11 +78,11 @@ class _Lanczos(NamedTuple):
 
 
 class _QRStep(NamedTuple):
-    """A Lanczos step's QR update: the new `tnorm2`, `dbar`, rotation `cs`, `sn`,
+    """A Lanczos step's QR update: the new `tnorm`, `dbar`, rotation `cs`, `sn`,
     the iterate's step `phi w`, whether the step finds the system `singular` and
     whether it is taken (`take`)."""
 
-    tnorm2: Real[Array, ""]
+    tnorm: Real[Array, ""]
     dbar: Real[Array, ""]
     cs: Real[Array, ""]
     sn: Real[Array, ""]
@@ -174,7 +173,6 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
         eps = jnp.finfo(real).eps
         c = _Constants(
             max_steps=self.resolve_max_steps(size),
-            eps=eps,
             rcond=2 * eps * max(size, 1),
             zero=jnp.zeros((), real),
             zeros=jnp.zeros_like(y0),
@@ -215,7 +213,7 @@ def _init_loop(system: System, y0: Array, c: _Constants) -> _Loop:
     return _Loop(
         y=y0,
         **dict.fromkeys(("v", "r1", "r2", "w", "w2"), zeros),
-        **dict.fromkeys(("beta", "oldb", "tnorm2", "dbar", "epsln"), zero),
+        **dict.fromkeys(("beta", "oldb", "tnorm", "dbar", "epsln"), zero),
         phibar=zero,
         sn=zero,
         cs=jnp.array(-1, zero.dtype),
@@ -237,8 +235,8 @@ def _not_converged(s: _Loop) -> Bool[Array, ""]:
 def _ended(s: _Loop, rcond: Any) -> Bool[Array, ""]:
     """Whether the Lanczos process has ended (`rcond` is `2 eps n`)."""
     # The Lanczos process has ended when beta is negligible against the
-    # estimate of the operator's norm, `sqrt(tnorm2)`.
-    return s.beta <= rcond * jnp.sqrt(s.tnorm2)
+    # estimate of the operator's norm, `tnorm`.
+    return s.beta <= rcond * s.tnorm
 
 
 def _residual_pass(s: _Loop, rcond: Any) -> Bool[Array, ""]:
@@ -285,7 +283,7 @@ def _pass(
         w2=pick(s.w, s.w2, c.zeros),
         beta=beta_new,
         oldb=pick(s.beta, s.oldb, c.zero),
-        tnorm2=qr.tnorm2,
+        tnorm=qr.tnorm,
         dbar=pick(qr.dbar, s.dbar, c.zero),
         epsln=pick(s.sn * beta_new, s.epsln, c.zero),
         phibar=phibar,
@@ -334,9 +332,13 @@ def _lanczos(
     u = u - (alpha / jnp.where(beta > 0, beta, 1)) * s.r2
     u = jnp.where(restart, out, u)
     z = precond(u)
-    beta_sq = jnp.real(dot(u, z))
+    # `beta = sqrt(<u, M u>)`, with `u` and `z` divided by a power of two near
+    # their largest entries: the product of an operator of norm 1e-20 (or
+    # 1e20) would underflow (overflow) in float32 when squared.
+    u_unit, z_unit = binary_scale(u), binary_scale(z)
+    beta_sq = jnp.real(dot(u / u_unit.astype(u.dtype), z / z_unit.astype(z.dtype)))
     breakdown = beta_sq < 0
-    beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0))
+    beta_new = jnp.sqrt(jnp.maximum(beta_sq, 0)) * (jnp.sqrt(u_unit) * jnp.sqrt(z_unit))
     return _Lanczos(out, u, z, alpha, beta_new, breakdown)
 
 
@@ -346,17 +348,23 @@ def _qr_step(
     """The estimate of the operator's norm and the QR update of a Lanczos step
     (read where `step`)."""
     alpha, beta, beta_new = lanczos.alpha, s.beta, lanczos.beta
-    # `tnorm2` estimates the squared norm of the operator (||T||_F^2).
-    # Unlike scipy, it leaves out the first beta, the norm of the residual.
-    entries = alpha**2 + beta_new**2 + jnp.where(s.oldb > 0, beta**2, 0)
-    tnorm2 = s.tnorm2 + jnp.where(step, entries, 0)
-    small = c.rcond * jnp.sqrt(tnorm2)
+    # `tnorm` estimates the norm of the operator (||T||_F), accumulated by
+    # `hypot` (the squares of an operator's entries of 1e-20 underflow in
+    # float32). Unlike scipy, it leaves out the first beta, the norm of the
+    # residual.
+    entries = jnp.hypot(jnp.hypot(alpha, beta_new), jnp.where(s.oldb > 0, beta, 0))
+    tnorm = jnp.where(step, jnp.hypot(s.tnorm, entries), s.tnorm)
+    small = c.rcond * tnorm
     # QR of the Lanczos tridiagonal by Givens rotations.
     delta = s.cs * s.dbar + s.sn * alpha
     gbar = s.sn * s.dbar - s.cs * alpha
     dbar = -s.cs * beta_new
     gamma_raw = jnp.hypot(gbar, beta_new)
-    gamma = jnp.maximum(gamma_raw, c.eps)
+    # Where `gamma_raw` is negligible (at most `small`) the step is not taken;
+    # elsewhere it is itself. (An absolute floor, as scipy's `eps`, would take
+    # the place of every `gamma` of an operator of norm below `eps`.)
+    gamma = jnp.maximum(gamma_raw, small)
+    gamma = jnp.where(gamma > 0, gamma, 1)
     cs, sn = gbar / gamma, beta_new / gamma
     phi = cs * s.phibar
     w = (s.v - s.epsln * s.w2 - delta * s.w) / gamma
@@ -366,7 +374,7 @@ def _qr_step(
     degenerate = step & (gamma_raw <= small)
     singular = degenerate | (step & (jnp.hypot(gbar, dbar) <= small))
     take = step & ~degenerate
-    return _QRStep(tnorm2, dbar, cs, sn, phi, w, singular, take)
+    return _QRStep(tnorm, dbar, cs, sn, phi, w, singular, take)
 
 
 MINRES.__init__.__doc__ = r"""**Arguments:**

@@ -10,8 +10,15 @@ from jaxtyping import Array, Bool, PyTree
 from ...operators._structure import structures_match
 from ...policies.calls._session import own_code
 from ._base import AbstractOneSiteSolver
-from ._flat import conj_options, flat_mv, keep_conj, keep_linearise, transpose_options
-from ._system import flatteners, System
+from ._flat import (
+    binary_scale,
+    conj_options,
+    flat_mv,
+    keep_conj,
+    keep_linearise,
+    transpose_options,
+)
+from ._system import flatteners, rhs_unit, System
 
 
 _NormalState: TypeAlias = Any
@@ -121,6 +128,10 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         a_mv = flat_mv(operator, x_flat, b_flat)
         ah_mv = flat_mv(adjoint, b_flat, x_flat)
         b = b_flat.ravel(vector)
+        # Solved for `b / unit` (see `rhs_unit`), the solution multiplied back by
+        # the inner solver's `run_system`.
+        unit = rhs_unit(b)
+        b = b / unit.astype(b.dtype)
         y0 = options.get("y0")
         if y0 is not None:
             got = jax.eval_shape(lambda: y0)
@@ -129,7 +140,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
                     "`options['y0']` of `Normal` must match the operator's "
                     f"`in_structure()`: expected {operator.in_structure()}, got {got}."
                 )
-            offset = x_flat.ravel(y0)
+            offset = x_flat.ravel(y0) / unit.astype(x_flat.dtype)
         else:
             offset = None
 
@@ -138,7 +149,14 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             t = a_mv(shifted)
             return ah_mv(jnp.where(residual, b - t, t))
 
-        system = System(apply=apply, rhs=None, offset=offset, flat=x_flat)
+        system = System(
+            apply=apply,
+            rhs=None,
+            offset=offset,
+            flat=x_flat,
+            unit=unit,
+            rhs_units=binary_scale(b),
+        )
         preconditioner = options.get("preconditioner")
         if preconditioner is None:
             precond = lambda x: x

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat import all_finite, flat_mv, Flattener, result_dtype, select
+from ._flat import all_finite, binary_scale, flat_mv, Flattener, result_dtype, select
 
 
 # Below this many unknowns `System.updated_residual` is as fast without a `lax.cond`
@@ -38,6 +38,14 @@ class System(eqx.Module):
     - `split`: `(x, residual) -> (apply(x, residual), N x)` through the same one
         `mv`, where the system can give `N x` apart from the residual (the plain
         system); `None` where it cannot (see `apply_split`).
+    - `unit`: the power of two by which the user's right-hand side (and initial
+        estimate) was divided to give this system's (see `rhs_unit`): the
+        user's solution is `unit` times the system's, and an absolute tolerance
+        `atol` of the user's is `atol / unit` here. `None` for no division.
+    - `rhs_units`: where `rhs` is `None` and `c` is not in the units of the
+        user's right-hand side (`Normal`'s `A^H b`), the power of two near the
+        largest entry of the right-hand side `c` is derived from (see
+        `from_first_residual`); `None` where `c` is in its units.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -45,6 +53,8 @@ class System(eqx.Module):
     offset: Array | None
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
+    unit: Array | None = None
+    rhs_units: Array | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -144,10 +154,35 @@ class System(eqx.Module):
         if self.rhs is not None:
             return current
         scaled, finite = current
+        new = scale(residual)
+        if self.rhs_units is not None:
+            # The absolute part of the scale (`atol`, in the units of the
+            # user's right-hand side) in those of `c`: times the ratio of the
+            # largest entries of `c` and of the right-hand side, an estimate of
+            # the operator's norm from below. (For `c = A^H b` with an operator
+            # of norm 1e-20, `atol` itself would pass at `y = 0`.)
+            base = scale(jnp.zeros_like(residual))
+            ratio = binary_scale(residual) / self.rhs_units
+            new = base * ratio.astype(base.dtype) + (new - base)
         return (
-            jnp.where(first, scale(residual), scaled),
+            jnp.where(first, new, scaled),
             jnp.where(first, all_finite(residual), finite),
         )
+
+
+def rhs_unit(b: Array) -> Array:
+    """The power of two `2^e` with `max |b|` in `[2^e, 2^(e+1))`, as a real
+    scalar; 1 where `b` is zero or not finite.
+
+    Dividing the right-hand side (and the initial estimate) by it makes a
+    solver's loop see a right-hand side of largest entry in `[1, 2)` whatever the
+    scale of the user's: its inner products neither overflow (`|b|^2` of a
+    float32 `b` with entries about 1e20) nor underflow (`b` about 1e-30), and the
+    thresholds it compares them with mean the same at every scale. A power of two
+    divides exactly (no rounding, away from overflow and subnormals), so the
+    iterates are the user's own, scaled.
+    """
+    return binary_scale(b)
 
 
 def flatteners(
@@ -165,11 +200,14 @@ def flatteners(
 def plain_system(
     operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
-    """The system `A y = b`, and the flat starting point. (`N` is `A`; the
+    """The system `A y = b / unit`, and the flat starting point `y0 / unit`, for
+    the power of two `unit = rhs_unit(b)` (`System.unit`). (`N` is `A`; the
     operator is square for every solver but `LSMR`.)"""
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
+    unit = rhs_unit(b)
+    b = b / unit.astype(b.dtype)
 
     def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         w = mv(x)
@@ -178,8 +216,11 @@ def plain_system(
     def apply(x: Array, residual: Bool[Array, ""]) -> Array:
         return split(x, residual)[0]
 
-    y0_flat = flat.zeros() if y0 is None else flat.ravel(y0)
-    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split)
+    if y0 is None:
+        y0_flat = flat.zeros()
+    else:
+        y0_flat = flat.ravel(y0) / unit.astype(flat.dtype)
+    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split, unit=unit)
     return system, y0_flat
 
 
