@@ -56,7 +56,11 @@ class _Loop(NamedTuple):
     test); `checked` is the stopping test's measure (`test_measure`: the residual
     or the update, in units of its tolerance) at the last failed residual pass
     from the first failed check on (infinite before it); `b_scale` scales the
-    right-hand side for the stopping test. (Whether that is finite needs no flag:
+    right-hand side for the stopping test; `stiffness` is the largest
+    `p^H A p / gamma` of the steps so far (see `curvature_test`); `stalls`
+    counts the failed tests of a true residual in a row that did not halve it
+    (see `failed_tests`). (Whether that
+    is finite needs no flag:
     `gamma` is non-finite from the first pass on where the residual is, and the
     loop stops.)"""
 
@@ -70,6 +74,8 @@ class _Loop(NamedTuple):
     mode: Int[Array, ""]
     checked: Array
     b_scale: Array
+    stiffness: Array
+    stalls: Int[Array, ""]
 
 
 def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
@@ -95,13 +101,34 @@ class CG(AbstractOneSiteSolver[_CGState]):
     (the first step and every `stabilise_every`-th). Each refresh therefore costs
     one extra pass through the loop rather than a second copy of `mv`. A step whose
     updated residual passes the stopping test is followed by such a pass, and the
-    solve stops only if the true residual passes it too: a reported success is one
-    of the true residual, where lineax's test reads the updated one, which can
-    shrink below the dtype's precision. After a failed check CG goes on from the
-    true residual; from then on a residual pass (a check or a refresh) that fails
-    the test without having halved the true residual since the failed pass before
-    stops the solve with `stagnation` (the tolerance is below what the dtype can
-    reach on this system), where going on to `max_steps` gains nothing.
+    solve stops only if the true residual passes it too, to within twice the
+    tolerance (`b - A y` computed in the dtype carries rounding of the
+    tolerance's order where the tolerance is near the dtype's precision): a
+    reported success is one of the true residual, where lineax's test reads the
+    updated one, which can shrink below the dtype's precision. After a failed
+    check CG goes on from the true residual; from then on a residual pass (a check
+    or a refresh) that fails the test without having halved the true residual
+    since the failed pass before is a stall, and `stagnation_iters` stalls in a
+    row stop the solve with `stagnation` (the tolerance is below what the dtype
+    can reach on this system), where going on to `max_steps` gains nothing.
+    `check_residual=False` takes lineax's rule instead: the updated residual's
+    test stands.
+
+    Under `jax.grad` the backward solve (with the transposed operator) uses this
+    same solver, its tolerances and these settings. Where it reports
+    `stagnation`, the tolerance is out of the dtype's reach on the transposed
+    system: loosen `rtol`/`atol`, solve in float64, allow more stalls
+    (`stagnation_iters`), or accept the updated residual as lineax does
+    (`check_residual=False`). (lineax's message for `stagnation` also names
+    `restart`, a field of GMRES.)
+
+    The step's curvature test compares `p^H A p` with the largest curvature per
+    unit of `<M r, r>` seen so far, rather than with `<M r, r>` itself as lineax
+    does: its verdict does not change when the operator, the right-hand side or
+    the preconditioner is scaled. The right-hand side is divided by a power of two
+    near its largest entry before the loop (and the solution multiplied back):
+    the inner products neither overflow nor underflow for a `b` whose squared
+    norm would.
 
     Each of those residual passes is a whole iteration of the loop. Where a copy of
     `mv` compiles cheaply and the solve runs many times, the inline layout
@@ -148,6 +175,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
     max_steps: int | None = None
     layout: str = "auto"
     residual_update: str = "auto"
+    stagnation_iters: int | None = 1
+    check_residual: bool = True
 
     def __check_init__(self):
         for name, allowed in (("layout", LAYOUTS), ("residual_update", UPDATES)):
@@ -156,6 +185,15 @@ class CG(AbstractOneSiteSolver[_CGState]):
                     f"`CG(..., {name}=...)` must be one of {allowed}, got "
                     f"{getattr(self, name)!r}."
                 )
+        if self.stagnation_iters is not None and (
+            isinstance(self.stagnation_iters, bool)
+            or not isinstance(self.stagnation_iters, int)
+            or self.stagnation_iters < 1
+        ):
+            raise ValueError(
+                "`CG(..., stagnation_iters=...)` must be a positive int or None, got "
+                f"{self.stagnation_iters!r}."
+            )
         if self.stabilise_every is not None and (
             not isinstance(self.stabilise_every, int) or self.stabilise_every < 1
         ):
@@ -237,6 +275,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
             mode=jnp.asarray(RESIDUAL),
             checked=jnp.full((), jnp.inf, jnp.finfo(dtype).dtype),
             b_scale=b_scale,
+            stiffness=jnp.zeros((), jnp.finfo(dtype).dtype),
+            stalls=jnp.array(0, jnp.int32),
         )
 
     def _pass(
@@ -261,7 +301,16 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # The stopping test and `gamma` in one reduction.
         measure, gamma_new = self.measure_and_dot(system, new, z)
         beta = select(first, 0, lax.div(gamma_new, select(first, 1, s.gamma)))
-        mode, failed = next_mode(s.mode, s.checked, outcome, measure, self.has_scale)
+        mode, failed, stalls = next_mode(
+            s.mode,
+            s.checked,
+            s.stalls,
+            outcome,
+            measure,
+            self.has_scale,
+            self.stagnation_iters,
+            self.check_residual,
+        )
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
         advance = lax.eq(mode, STEP)
@@ -273,6 +322,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             gamma=select(advance, gamma_new, s.gamma),
             mode=mode,
             checked=select(failed, measure, s.checked),
+            stalls=stalls,
         )
 
     def _step(
@@ -292,7 +342,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # search direction. `out` is then the residual; `product` is `A p` on
         # an ordinary step (where it is read), the bare output of `mv`.
         out, product = system.apply_split(s.v, pending)
-        ok, code, alpha = curvature_test(p, product, gamma, rcond)
+        ok, code, alpha, stiffness = curvature_test(
+            p, product, gamma, rcond, s.stiffness
+        )
         stepping = negated(pending)
         step_taken = both(stepping, ok)
         bad = both(stepping, negated(ok))
@@ -307,7 +359,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
         else:
             every = constant(self.stabilise_every, step)
             refresh = both(step_taken, lax.eq(lax.rem(step, every), constant(0, step)))
-        new = s._replace(y=y, r=r, diff=diff, step=step)
+        stiffness = select(step_taken, stiffness, s.stiffness)
+        new = s._replace(y=y, r=r, diff=diff, step=step, stiffness=stiffness)
         return out, new, Outcome(pending, step_taken, bad, code, refresh)
 
     def _loop_end(
@@ -321,7 +374,11 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # the right-hand side or the operator is (a non-finite entry of `r` makes a
         # term of the sum inf or NaN), so it stands for the check of both. (A
         # non-finite iterate with a finite residual is left to `lx.linear_solve`'s
-        # own check of the solution.)
+        # own check of the solution.) A loop that stopped on a `gamma` of 0
+        # short of the test solved the system exactly where the residual is 0
+        # (`b = 0`); elsewhere `gamma` vanished (it underflowed, or the
+        # preconditioner annihilates the residual), which is no solution.
+        vanished = (s.mode == STEP) & (real_part(s.gamma) <= 0) & jnp.any(s.r != 0)
         return self.loop_end(
             system,
             s,
@@ -331,6 +388,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             codes=(
                 (s.mode == CURVATURE_ZERO, lx.RESULTS.singular),
                 (s.mode == STAGNATED, lx.RESULTS.stagnation),
+                (vanished, lx.RESULTS.singular),
             ),
             breakdown=s.mode == CURVATURE_NEGATIVE,
         )
@@ -365,4 +423,11 @@ CG.__init__.__doc__ = r"""**Arguments:**
     would otherwise compute the operator's elementwise operations a second time in
     the update, but it costs 14-22 ms more compile) or `"auto"` (the default: the
     `cond` from 4096 unknowns where the solve's expected runs repay it).
+- `stagnation_iters`: how many failed tests of the true residual in a row,
+    from the first failed check on, that do not halve it stop the solve with
+    `stagnation`. `None` never stops for stagnation (the solve goes on to
+    `max_steps`). Defaults to 1.
+- `check_residual`: whether a step whose updated residual passes the stopping test
+    is confirmed on the true residual `b - A y` (`True`, the default), or accepted
+    as lineax's CG accepts it (`False`).
 """

@@ -25,6 +25,7 @@ from ._cg_modes import (
     CONVERGED,
     curvature_test,
     failed_tests,
+    passed_true_test,
     STAGNATED,
     STEP,
 )
@@ -54,7 +55,8 @@ class InlineLoop(NamedTuple):
     last update `diff`, `gamma = <M r, r>`, the step count, `mode` (`STEP` while
     the loop goes on, else why it stopped) and `checked` (as in the one-site loop:
     the stopping test's measure at the last failed test of a true residual from
-    the first failed check on, infinite before it)."""
+    the first failed check on, infinite before it) and `stiffness` (the largest
+    `p^H A p / gamma` of the steps so far: see `curvature_test`)."""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
@@ -64,6 +66,8 @@ class InlineLoop(NamedTuple):
     step: Int[Array, ""]
     mode: Int[Array, ""]
     checked: Array
+    stiffness: Array
+    stalls: Int[Array, ""]
 
 
 class _Tested(NamedTuple):
@@ -138,7 +142,9 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     residual or checks it."""
     solver = c.solver
     _, product = c.system.apply_split(s.p, jnp.array(False))
-    ok, code, alpha = curvature_test(s.p, product, s.gamma, c.rcond)
+    ok, code, alpha, stiffness = curvature_test(
+        s.p, product, s.gamma, c.rcond, s.stiffness
+    )
     diff = select(ok, lax.mul(alpha, s.p), s.diff)
     y = select(ok, lax.add(s.y, diff), s.y)
     r = _updated(ok, s.r, product, alpha, solver.in_cond(s.r))
@@ -147,9 +153,10 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     # A check where the updated residual passes the test; a refresh every
     # `stabilise_every` steps. Either takes the true residual `b - A y`.
     if solver.has_scale:
-        check = both(ok, lax.le(m, constant(1, m)))
+        passed = both(ok, lax.le(m, constant(1, m)))
     else:
-        check = jnp.array(False)
+        passed = jnp.array(False)
+    check = passed if solver.check_residual else jnp.array(False)
     recompute = check
     step = lax.add(s.step, lax.convert_element_type(ok, s.step.dtype))
     if solver.stabilise_every is not None:
@@ -163,12 +170,21 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     # As the one-site loop: the solve converges where a true residual passes the
     # test; from the first failed check on, every true residual that fails it
     # must have halved since the one before (else `stagnation`).
-    if solver.has_scale:
-        unconverged = negated(lax.le(m, constant(1, m)))
-    else:
-        unconverged = jnp.array(True)
-    failed, stagnated = failed_tests(recompute, check, unconverged, m, s.checked)
-    mode = lax.select(both(recompute, negated(unconverged)), CONVERGED, STEP)
+    accepted = passed_true_test(m, check, solver.has_scale)
+    failed, stalls, stagnated = failed_tests(
+        recompute,
+        check,
+        negated(accepted),
+        m,
+        s.checked,
+        s.stalls,
+        solver.stagnation_iters,
+    )
+    mode = lax.select(both(recompute, accepted), CONVERGED, STEP)
+    if not solver.check_residual:
+        # As lineax's CG: the updated residual's test stands, except at a
+        # refresh, where the true residual's does.
+        mode = lax.select(both(passed, negated(recompute)), CONVERGED, mode)
     mode = lax.select(ok, lax.select(stagnated, STAGNATED, mode), code)
     advance = lax.eq(mode, STEP)
     p = lax.add(z, lax.mul(lax.div(gamma, s.gamma), s.p))
@@ -181,6 +197,8 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
         step=step,
         mode=mode,
         checked=select(failed, lax.convert_element_type(m, s.checked.dtype), s.checked),
+        stiffness=stiffness,
+        stalls=stalls,
     )
 
 
@@ -230,6 +248,8 @@ def inline_solve(
         step=jnp.array(0),
         mode=jnp.asarray(STEP),
         checked=jnp.maximum(m0, jnp.inf),
+        stiffness=jnp.zeros((), inf.dtype),
+        stalls=jnp.array(0, jnp.int32),
     )
 
     def continues(s: InlineLoop) -> Bool[Array, ""]:
