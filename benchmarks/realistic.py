@@ -3,30 +3,8 @@ solves), `lxd.jit` + `Auto` against `jax.jit` + plain lineax, on whatever backen
 JAX sees: the first call (trace + compile + run, a fresh program) and the steady
 run, with `Lazy`, `Roll` and `Materialise` forced under `lxd.jit` beside them.
 
-Programs
---------
-
-- `rk4_stencil`: 6 steps of classic RK4 (24 `mv` sites) of `u' = -A u`, `A` a
-  2-D variable-coefficient five-point stencil on an `s x s` grid (s = 48).
-- `power_iteration`: 12 steps `x <- A x / |A x|`, `A` a chain of 12 dense
-  256 x 256 layers.
-- `implicit_cg`: 3 implicit Euler steps `(I + A) x_{k+1} = x_k`, `A = B^T B`,
-  `B` a chain of 8 dense 512 x 512 layers, `lxd.CG`.
-- `heat_lineax_cg`: 4 implicit steps of the 2-D heat equation (s = 32) with
-  lineax's own `lx.CG`.
-- `arnoldi`: 8 steps of Arnoldi (modified Gram-Schmidt) of a chain of 16 dense
-  128 x 128 layers.
-- `newton_residual`: two steps of iterative refinement `x <- x + A^{-1}(b - A x)`
-  (both `mv` and solves of one SPD operator `I + B^T B`, `B` 8 dense 256 x 256
-  layers, `lxd.CG`).
-- `small_dense_sum`: the sum of 8 independent `mv`s of a chain of 32 dense
-  64 x 64 layers.
-- `stencil_1d_steps`: 16 explicit Euler steps of a 1-D three-point stencil at
-  n = 4096 (a cheap `mv`).
-
-Halves: a program's half is fixed by its position in the list above (even:
-`fit`, odd: `held_out`), chosen before any measurement; a constant of the decision
-rule is set from the `fit` half only, and the `held_out` half scores it.
+Programs: `benchmarks/realistic_cases.py` (eight, from RK4 of a stencil to
+sums of independent `mv`s).
 
 How to run
 ----------
@@ -41,16 +19,15 @@ Results: `<out>/realistic.json` and `.png` (`--out`, default
 
 import statistics
 import time
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 
 import lineax_dispatch as lxd
 from benchmarks import harness
+from benchmarks.realistic_cases import HALF, operator, PROGRAMS
 
 
 FULL = dict(rounds=2, scale=1.0)
@@ -61,194 +38,12 @@ RUNS = 100
 POLICY = dict(Auto=lxd.Auto, Lazy=lxd.Lazy, Roll=lxd.Roll, Materialise=lxd.Materialise)
 
 
-def _size(n: int, scale: float, least: int = 8) -> int:
-    return max(least, int(round(n * scale)))
-
-
-def _dense_chain(n: int, layers: int, seed: int):
-    keys = jax.random.split(jax.random.key(seed), layers)
-    return tuple(
-        jnp.eye(n, dtype=jnp.float32)
-        + 0.5 * jax.random.normal(k, (n, n), jnp.float32) / jnp.sqrt(n)
-        for k in keys
-    )
-
-
-def _chain(weights, x):
-    for w in weights:
-        x = w @ x
-    return x
-
-
-def _normal(weights, x):
-    y = _chain(weights, x)
-    for w in reversed(weights):
-        y = w.T @ y
-    return y
-
-
-def _operator(fn, n: int, policy, spd: bool):
-    """`fn` (an `eqx.Partial` whose arrays are leaves) as a plain lineax operator
-    (policy `None`) or one of ours."""
-    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
-    tags = lx.positive_semidefinite_tag if spd else ()
-    if policy is None:
-        return lx.FunctionLinearOperator(fn, structure, tags, closure_convert=False)
-    return lxd.FunctionLinearOperator(
-        fn, structure, tags, closure_convert=False, policy=policy
-    )
-
-
-def _stencil_2d(s: int, seed: int):
-    coefficient = 1.0 + jax.random.uniform(jax.random.key(seed), (s, s), jnp.float32)
-
-    def apply(c, x):
-        u = x.reshape(s, s)
-        p = jnp.pad(u, 1)
-        lap = 4 * u - p[:-2, 1:-1] - p[2:, 1:-1] - p[1:-1, :-2] - p[1:-1, 2:]
-        return (c * lap).reshape(-1) * (s / 4.0) ** 2 / s**2
-
-    return eqx.Partial(apply, coefficient), s * s
-
-
-def rk4_stencil(scale: float):
-    fn, n = _stencil_2d(_size(48, scale), 0)
-    dt = 0.2
-
-    def program(op, u):
-        for _ in range(6):
-            k1 = -op.mv(u)
-            k2 = -op.mv(u + 0.5 * dt * k1)
-            k3 = -op.mv(u + 0.5 * dt * k2)
-            k4 = -op.mv(u + dt * k3)
-            u = u + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        return u
-
-    return fn, n, False, program
-
-
-def power_iteration(scale: float):
-    n = _size(256, scale)
-    fn = eqx.Partial(_chain, _dense_chain(n, 12, 1))
-
-    def program(op, x):
-        for _ in range(12):
-            x = op.mv(x)
-            x = x / jnp.linalg.norm(x)
-        return x
-
-    return fn, n, False, program
-
-
-def _shifted_normal(weights, x):
-    return x + _normal(weights, x)
-
-
-def implicit_cg(scale: float):
-    n = _size(512, scale)
-    fn = eqx.Partial(_shifted_normal, _dense_chain(n, 8, 2))
-    solver = lxd.CG(rtol=1e-5, atol=1e-5)
-
-    def program(op, x):
-        for _ in range(3):
-            x = lx.linear_solve(op, x, solver).value
-        return x
-
-    return fn, n, True, program
-
-
-def heat_lineax_cg(scale: float):
-    stencil, n = _stencil_2d(_size(32, scale), 3)
-    fn = eqx.Partial(lambda c, x: x + 4.0 * stencil(x), None)
-    solver = lx.CG(rtol=1e-5, atol=1e-5)
-
-    def program(op, x):
-        for _ in range(4):
-            x = lx.linear_solve(op, x, solver).value
-        return x
-
-    return fn, n, True, program
-
-
-def arnoldi(scale: float):
-    n = _size(128, scale)
-    fn = eqx.Partial(_chain, _dense_chain(n, 16, 4))
-
-    def program(op, x):
-        basis = [x / jnp.linalg.norm(x)]
-        for _ in range(8):
-            w = op.mv(basis[-1])
-            for v in basis:
-                w = w - jnp.vdot(v, w) * v
-            basis.append(w / jnp.linalg.norm(w))
-        return jnp.stack(basis)
-
-    return fn, n, False, program
-
-
-def newton_residual(scale: float):
-    n = _size(256, scale)
-    fn = eqx.Partial(_shifted_normal, _dense_chain(n, 8, 5))
-    solver = lxd.CG(rtol=1e-5, atol=1e-5)
-
-    def program(op, b):
-        x = jnp.zeros_like(b)
-        for _ in range(2):
-            x = x + lx.linear_solve(op, b - op.mv(x), solver).value
-        return x
-
-    return fn, n, True, program
-
-
-def small_dense_sum(scale: float):
-    n = _size(64, scale)
-    fn = eqx.Partial(_chain, _dense_chain(n, 32, 6))
-
-    def program(op, x):
-        return sum(op.mv(x * (1.0 + 0.1 * i)) for i in range(8))
-
-    return fn, n, False, program
-
-
-def stencil_1d_steps(scale: float):
-    n = _size(4096, scale)
-
-    def apply(_, x):
-        p = jnp.pad(x, 1)
-        return 2 * x - p[:-2] - p[2:]
-
-    fn = eqx.Partial(apply, None)
-
-    def program(op, x):
-        for _ in range(16):
-            x = x - 0.2 * op.mv(x)
-        return x
-
-    return fn, n, False, program
-
-
-PROGRAMS: dict[str, Callable] = {
-    f.__name__: f
-    for f in (
-        rk4_stencil,
-        power_iteration,
-        implicit_cg,
-        heat_lineax_cg,
-        arnoldi,
-        newton_residual,
-        small_dense_sum,
-        stencil_1d_steps,
-    )
-}
-HALF = {name: ("fit", "held_out")[i % 2] for i, name in enumerate(PROGRAMS)}
-
-
 def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
     """One fresh program: the first call (trace, compile, run) and the median of
     `runs` further calls, and its output."""
     fn, n, spd, program = PROGRAMS[name](scale)
     policy = None if variant == "lineax" else POLICY[variant]()
-    op = _operator(fn, n, policy, spd)
+    op = operator(fn, n, policy, spd)
     x = jax.random.normal(jax.random.key(7), (n,), jnp.float32)
     x = jax.block_until_ready(x)
     # A new function object: no cache of JAX's carries over between variants.

@@ -8,7 +8,6 @@ from typing import Any
 
 import jax
 import jax.extend.core as _jex
-import jax.extend.core.primitives as _prims
 import lineax as lx
 from equinox._compile_utils import (
     hashable_combine as hashable_combine,
@@ -269,35 +268,6 @@ def call_callee(eqn: Any) -> Any:
     return eqn.params["jaxpr"]
 
 
-def call_name(eqn: Any) -> str | None:
-    """The name of a `jit` equation's function (`None` for other equations).
-
-    **Arguments:**
-
-    - `eqn`: a `jax.extend.core.JaxprEqn`.
-
-    **Returns:**
-
-    A str or `None`.
-    """
-    name = eqn.params.get("name") if eqn.primitive is _prims.jit_p else None
-    return name if isinstance(name, str) else None
-
-
-def scan_length(eqn: Any) -> int:
-    """How many steps a `scan` equation runs.
-
-    **Arguments:**
-
-    - `eqn`: a `scan` equation.
-
-    **Returns:**
-
-    An int.
-    """
-    return int(eqn.params["length"])
-
-
 def define_call_primitive(
     name: str,
     *,
@@ -415,11 +385,3 @@ def calls_back_to_host(compiled: Any) -> bool:
         getattr(call, name, True)
         for name in ("has_host_callbacks", "has_unordered_effects", "ordered_effects")
     )
-
-
-def canonical_precision(value: Any) -> Any:
-    """A precision as `jax.lax.dot_general` stores it in a jaxpr (a pair of
-    `jax.lax.Precision`s, or a dot algorithm), from any form its `precision`
-    argument or `jax.default_matmul_precision` takes ("highest", a `Precision`,
-    a pair)."""
-    return _jax_lax.canonicalize_precision(value)

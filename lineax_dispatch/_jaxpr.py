@@ -133,3 +133,32 @@ def heavy(eqn: Any) -> bool:
     if eqn.primitive in HEAVY:
         return True
     return any(heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)
+
+
+def call_name(eqn: Any) -> str | None:
+    """The name of a `jit` equation's function (`None` for other equations).
+
+    **Arguments:**
+
+    - `eqn`: a `jax.extend.core.JaxprEqn`.
+
+    **Returns:**
+
+    A str or `None`.
+    """
+    name = eqn.params.get("name") if eqn.primitive is prims.jit_p else None
+    return name if isinstance(name, str) else None
+
+
+def scan_length(eqn: Any) -> int:
+    """How many steps a `scan` equation runs.
+
+    **Arguments:**
+
+    - `eqn`: a `scan` equation.
+
+    **Returns:**
+
+    An int.
+    """
+    return int(eqn.params["length"])

@@ -21,8 +21,8 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 import jax.extend.core.primitives as prims
-
-from ._compat import canonical_precision
+import jax.lax as lax
+import jax.numpy as jnp
 
 
 # The products whose precision a strategy sets: those a batch turns from
@@ -52,9 +52,13 @@ def batched_products() -> Iterator[None]:
 
 def default_precision() -> Any:
     """The precision a product traced now with no precision of its own takes:
-    `None` where no default is in force, else the canonical pair (or algorithm)."""
-    value = jax.config.jax_default_matmul_precision
-    return None if value is None else canonical_precision(value)
+    `None` where no default is in force, else as a jaxpr holds it (a pair of
+    `jax.lax.Precision`s, or a dot algorithm), read from a product traced now."""
+    if jax.config.jax_default_matmul_precision is None:
+        return None
+    spec = jax.ShapeDtypeStruct((1, 1), jnp.float32)
+    traced = jax.make_jaxpr(lambda a, b: lax.dot(a, b))(spec, spec)
+    return traced.jaxpr.eqns[0].params["precision"]
 
 
 def _in_param(value: Any, precision: Any, memo: dict) -> Any:

@@ -12,7 +12,7 @@ import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
 
-from lineax_dispatch import _compat
+from lineax_dispatch import _compat, _jaxpr
 
 
 def test_hashable_partition_combine():
@@ -163,10 +163,10 @@ def test_equation_parameters():
     (scan,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
     consts, carried = _compat.scan_counts(scan)
     assert carried == 2 and consts == len(scan.invars) - 3
-    assert _compat.scan_length(scan) == 3
+    assert _jaxpr.scan_length(scan) == 3
     calls = [e for e in jaxpr.eqns if e.primitive.name == "jit"]
-    assert len(calls) == 2 and all(_compat.call_name(e) == "<lambda>" for e in calls)
-    assert _compat.call_name(scan) is None
+    assert len(calls) == 2 and all(_jaxpr.call_name(e) == "<lambda>" for e in calls)
+    assert _jaxpr.call_name(scan) is None
     callee = _compat.call_callee(calls[0])
     assert callee is _compat.call_callee(calls[1])  # one trace for both calls
     assert hasattr(callee, "jaxpr") and hasattr(callee, "consts")

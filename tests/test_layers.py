@@ -53,7 +53,11 @@ LAYERS = (
     ("solvers", ("lineax_dispatch.solvers",)),
     (
         "program: arguments, errors",
-        ("lineax_dispatch.program._arguments", "lineax_dispatch.program._errors"),
+        (
+            "lineax_dispatch.program._arguments",
+            "lineax_dispatch.program._call_convention",
+            "lineax_dispatch.program._errors",
+        ),
     ),
     ("program: analyse", ("lineax_dispatch.program.analyse",)),
     ("program: decide", ("lineax_dispatch.program._decide",)),

@@ -16,7 +16,8 @@ from .._compat import (
     with_jaxpr,
 )
 from ..policies.decision._records import Decision
-from ._arguments import CallConvention, OutputBox
+from ._arguments import OutputBox
+from ._call_convention import CallConvention
 from ._decide import Plan
 from ._errors import unpatched_jit
 from ._trace import Trace

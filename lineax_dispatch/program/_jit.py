@@ -18,12 +18,12 @@ from . import _compiled, _trace
 from ._arguments import (
     Arguments,
     array_signature,
-    CallConvention,
     check_jit_kwargs,
     check_static_arguments,
     split_arguments,
     StaticSpec,
 )
+from ._call_convention import CallConvention
 from ._compiled import compile_program, Compiled, Lowered
 from ._decide import plan_program
 from ._errors import new_jit_id, readable_errors

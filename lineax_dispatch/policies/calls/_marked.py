@@ -27,12 +27,12 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from ..._compat import (
-    call_name,
     hashable_combine,
     hashable_partition,
     JAX_INLINE,
     XLA_OUTLINE,
 )
+from ..._jaxpr import call_name
 from .._base import AbstractPolicy, RawMv, with_top_policy
 from ._keys import StaticKey
 from ._per_object import cached_per_object, per_object_cache

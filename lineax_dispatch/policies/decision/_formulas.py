@@ -121,11 +121,7 @@ def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
         out.append(Estimate(Outline()))
         out.append(Estimate(Materialise()))
         return tuple(out)
-    if model.outline_native or model.outline_callbacks:
-        out.append(outline_estimate(o, model))
-    else:
-        # An outlined call cannot run on this backend.
-        out.append(Estimate(Outline()))
+    out.append(outline_estimate(o, model))
     chunk = build_chunk(o, model) if o.mv_batchable else None
     if chunk is None:
         out.append(Estimate(Materialise()))
@@ -150,7 +146,10 @@ def outline_estimate(o: Observation, model: CostModel) -> Estimate:
     """The `Outline` estimate: natively (`model.outline_native`), one copy of `mv`
     plus `outline_clone` of a copy at each further site, run at native speed;
     else a host callback at every site, each call paying a round trip and the
-    hand-over of the operator's arrays."""
+    hand-over of the operator's arrays. Not allowed (no seconds) where the
+    backend cannot run a host callback's call (`model.outline_callbacks`)."""
+    if not (model.outline_native or model.outline_callbacks):
+        return Estimate(Outline())
     copy = mv_compile(o, model)
     k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
     weight = max(o.runs, 1.0)

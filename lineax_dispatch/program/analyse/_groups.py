@@ -9,8 +9,8 @@ from typing import Any
 import jax.extend.core as jex
 import jax.extend.core.primitives as prims
 
-from ..._compat import call_callee, call_name, scan_length
-from ..._jaxpr import finds_below, heavy
+from ..._compat import call_callee
+from ..._jaxpr import call_name, finds_below, heavy, scan_length
 from ...policies.calls._marked import AUTO_NAME, is_marked
 from ...policies.calls._session import AutoRecord, Session
 from ...policies.decision._records import Decision
