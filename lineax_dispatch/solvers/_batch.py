@@ -241,7 +241,9 @@ def batch_solve(
     - `mesh`: a `jax.sharding.Mesh` (its first axis is used) or a list of devices:
         the right-hand sides are sharded over it along the batch axis (padded to a
         multiple of its size), the operator replicated. Results equal the
-        unsharded ones.
+        unsharded ones. On an Explicit axis (`jax.make_mesh`'s default) the
+        solution's type is sharded over it where the mesh divides the batch,
+        replicated otherwise.
     - `progress`: show a progress bar (tqdm) over chunks of `batch_size` right-hand
         sides. Only when called from Python, not under `jit`/`vmap`/`grad` (each
         chunk is then a separate jitted call).
