@@ -262,24 +262,34 @@ def check_outline_runs() -> None:
     `ValueError`.
     """
     if not outline_runs_here():
+        where = (
+            f"on {jax.default_backend()!r} the callback waits for the device the "
+            "program holds"
+            if jax.default_backend() != "cpu"
+            else f"across {jax.process_count()} processes the callback waits for "
+            "the other processes' devices"
+        )
         raise ValueError(
             f"`Outline()` on jax {jax.__version__} applies `mv` out of line through "
-            "a host callback, which runs only on the CPU backend: on "
-            f"{jax.default_backend()!r} the callback waits for the device the "
-            "program holds and the program never ends. Use `Lazy()`, or `Roll()` "
-            "under `lxd.jit` (one compiled copy of `mv` for every call site)."
+            "a host callback, which runs only on the CPU backend of one process: "
+            f"{where}, and the program never ends. Use `Lazy()`, or `Roll()` under "
+            "`lxd.jit` (one compiled copy of `mv` for every call site)."
         )
 
 
 def outline_runs_here() -> bool:
     """Whether an outlined call can run on the default backend: natively
-    (`jax.Inline.XLA_LATE`, jax >= 0.11), or as a host callback on XLA:CPU.
+    (`jax.Inline.XLA_LATE`, jax >= 0.11), or as a host callback on XLA:CPU in one
+    process (across `jax.distributed` processes the callback's executable waits
+    for the other processes).
 
     **Returns:**
 
     A bool.
     """
-    return outline_mv is not None or jax.default_backend() == "cpu"
+    if outline_mv is not None:
+        return True
+    return jax.default_backend() == "cpu" and jax.process_count() == 1
 
 
 class Outline(AbstractPolicy):

@@ -82,6 +82,17 @@ def test_auto_never_chooses_outline_where_it_cannot_run(on_tpu):
     assert all(e.seconds is None for e in outline)
 
 
+@callbacks_only
+def test_outline_is_refused_across_processes(monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert not outline_runs_here()
+    assert not lxd.Auto().model().outline_callbacks
+    op = _operator(lxd.Outline())
+    x = jnp.ones(4, jnp.float32)
+    with pytest.raises(ValueError, match=r"(?s)across 2 processes.*Lazy"):
+        jax.jit(lambda x: op.mv(x) + op.mv(2 * x))(x)
+
+
 def test_outline_runs_on_the_cpu():
     assert outline_runs_here()
     op = _operator(lxd.Outline())
