@@ -187,3 +187,19 @@ def test_normal_on_an_operator_of_1e_20_is_no_false_success():
     x, result, _ = _solve("Normal", 1e-20 * matrix, b, jnp.float32, 1e-5, 1e-5)
     if result == lx.RESULTS.successful:
         assert _residual(1e-20 * matrix, b, x) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["GMRES", "BiCGStab", "MINRES", "LSMR"])
+def test_operators_of_scale_1e20_and_1e_20_in_float32(name):
+    """float32 operators of scale 1e20 and 1e-20: the squares of their products
+    (GMRES's Arnoldi norms, BiCGStab's `<t, t>`, MINRES's `beta^2`, LSMR's norms)
+    overflow or underflow, and BiCGStab's `alpha` and `omega` (of the inverse
+    scale) fell below its absolute breakdown threshold. Solved as at scale 1."""
+    matrix, b = _dominant(24)
+    x0, result0, _ = _solve(name, matrix, b, jnp.float32, 1e-5)
+    assert result0 == lx.RESULTS.successful
+    for k in (-20, 20):
+        x, result, _ = _solve(name, matrix * 10.0**k, b, jnp.float32, 1e-5)
+        assert result == lx.RESULTS.successful, (k, result)
+        scaled = x * 10.0**k
+        np.testing.assert_allclose(scaled, x0, rtol=0, atol=1e-3 * np.max(np.abs(x0)))

@@ -12,7 +12,7 @@ from lineax.internal import max_norm
 
 from ..._validate import check_square
 from ._base import AbstractOneSiteSolver
-from ._flat import dot, keep_linearise
+from ._flat import binary_scale, dot, keep_linearise
 from ._system import System
 
 
@@ -27,7 +27,9 @@ class _Loop(NamedTuple):
     """BiCGStab's loop state: the iterate `y`, the residual `r` and shadow
     residual `rhat`, the recurrence's vectors `p`, `v = A M p`, `s` and `x = M p`,
     its scalars, the last update `diff`, the step count, the `phase` of the next
-    pass; `finite` and `b_scale` describe the right-hand side."""
+    pass; `finite` and `b_scale` describe the right-hand side; `gain` is the
+    operator's `|A M x| / |x|` on the last half-step (1 after a residual pass),
+    against which `_broken` measures `alpha` and `omega`."""
 
     y: Inexact[Array, " n"]
     r: Inexact[Array, " n"]
@@ -44,6 +46,7 @@ class _Loop(NamedTuple):
     phase: Int[Array, ""]
     finite: Bool[Array, ""]
     b_scale: Array
+    gain: Array
 
 
 class _HalfStep(NamedTuple):
@@ -61,6 +64,7 @@ class _HalfStep(NamedTuple):
     omega: Inexact[Array, ""]
     nonzero: Bool[Array, ""]
     diff: Inexact[Array, " n"]
+    gain: Array
 
 
 class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
@@ -86,7 +90,10 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
     Results: `max_steps_reached` (or `singular` when `max_steps=None`),
     `breakdown` when one of the recurrence's scalars vanishes before convergence,
     `nonfinite_input`. Breakdown is tested as `|x| == 0` in float64 and
-    `|x| < 1e-16` in lower precision (lineax tests the signed value).
+    `|x| < 1e-16` in lower precision (lineax tests the signed value), with `alpha`
+    and `omega` multiplied by the operator's gain `|A M x| / |x|` (to a power of
+    two) on the pass that computed them: lineax's test of `alpha` and `omega`
+    alone reported `breakdown` for an operator of scale 1e20 in float32.
 
     !!! Example
 
@@ -152,6 +159,7 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             phase=jnp.array(_RESIDUAL),
             finite=finite,
             b_scale=b_scale,
+            gain=jnp.ones((), jnp.finfo(y0.dtype).dtype),
         )
 
     def _continues(
@@ -206,6 +214,8 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
             phase=jnp.where(is_p, _S_HALF, _P_HALF),
             finite=finite,
             b_scale=b_scale,
+            # (The recurrence's scalars restart at 1 with it.)
+            gain=jnp.where(is_res, jnp.ones_like(s.gain), h.gain),
         )
         # A step that passes the test on the updated residual is checked: the
         # next pass computes the true residual.
@@ -214,10 +224,12 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
 
 
 def _broken(s: _Loop, tiny: float) -> Bool[Array, ""]:
-    """Whether one of the recurrence's scalars has vanished (at most `tiny`)."""
+    """Whether one of the recurrence's scalars has vanished (at most `tiny`):
+    `alpha` and `omega`, in the inverse units of the operator, measured against
+    its gain (`s.gain`), so that the test does not change when it is scaled."""
     return (
-        (jnp.abs(s.omega) <= tiny)
-        | (jnp.abs(s.alpha) <= tiny)
+        (jnp.abs(s.omega) * s.gain <= tiny)
+        | (jnp.abs(s.alpha) * s.gain <= tiny)
         | (jnp.abs(s.rho) <= tiny)
     )
 
@@ -235,7 +247,8 @@ def _half_step(
     beta = (rho_new / s.rho) * (s.alpha / s.omega)
     p_new = s.r + beta * (s.p - s.omega * s.v)
     # The one preconditioner slot and the one operator slot.
-    m = precond(jnp.where(is_p, p_new, s.s))
+    slot_input = jnp.where(is_p, p_new, s.s)
+    m = precond(slot_input)
     out = system.apply(jnp.where(is_res, s.y, m), is_res)
     # First half-step: v = A M p.
     alpha_new = rho_new / dot(s.rhat, out)
@@ -245,11 +258,23 @@ def _half_step(
     # (b an eigenvector of A, say). omega = 0 then keeps the update
     # `alpha p` and the residual `s` (0/0 gave NaN); the loop stops on
     # convergence, or reports `breakdown` where `s` is not 0.
-    tt = dot(out, out)
+    # `<t, s> / <t, t>` with `t` divided by a power of two near its largest
+    # entry (exactly: the same quotient), divided back: `<t, t>` of an operator
+    # of scale 1e20 overflows in float32.
+    out_unit = binary_scale(out)
+    t = out / out_unit.astype(out.dtype)
+    tt = dot(t, t)
     nonzero = tt != 0
-    omega_new = jnp.where(nonzero, dot(out, s.s) / jnp.where(nonzero, tt, 1), 0)
+    omega_new = jnp.where(
+        nonzero, dot(t, s.s) / jnp.where(nonzero, tt, 1) / out_unit.astype(tt.dtype), 0
+    )
+    # The operator's (preconditioned) gain on this pass, `|A M x| / |x|` to a
+    # power of two: `alpha` and `omega` are in its inverse units.
+    gain = out_unit / binary_scale(slot_input)
     diff = s.alpha * s.x + omega_new * m
-    return _HalfStep(rho_new, p_new, m, out, alpha_new, s_new, omega_new, nonzero, diff)
+    return _HalfStep(
+        rho_new, p_new, m, out, alpha_new, s_new, omega_new, nonzero, diff, gain
+    )
 
 
 BiCGStab.__init__.__doc__ = r"""**Arguments:**

@@ -247,6 +247,14 @@ def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
 
 
+def scaled_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+    """`two_norm(x)` taken on `x` divided by a power of two near its largest
+    entry (`binary_scale`), then multiplied back: the squares of float32 entries
+    overflow from about 1e19 and underflow below about 1e-19."""
+    unit = binary_scale(x)
+    return two_norm(x / unit.astype(x.dtype)) * unit
+
+
 def all_finite(tree: PyTree[Array]) -> Array:
     leaves = jtu.tree_leaves(tree)
     out = jnp.array(True)

@@ -13,7 +13,7 @@ from lineax.internal import max_norm
 
 from ..._validate import check_square
 from ._base import AbstractOneSiteSolver
-from ._flat import keep_linearise, project, stacked_zeros, two_norm
+from ._flat import keep_linearise, project, scaled_norm, stacked_zeros, two_norm
 from ._system import System
 
 
@@ -240,10 +240,11 @@ def _arnoldi_pass(c: _Constants, s: _Loop, w: Array) -> _Loop:
     """The state after an Arnoldi pass that computed `w = M A q_j`: the basis
     extended by one vector, and at the cycle's end the update of the iterate."""
     j, basis = s.j, s.basis
-    step_norm = two_norm(w)
+    # `w` is of the operator's scale: its norms are taken scaled (`scaled_norm`).
+    step_norm = scaled_norm(w)
     proj = project(basis, w)
     w = w - basis.T @ proj
-    w_norm = two_norm(w)
+    w_norm = scaled_norm(w)
     breakdown = (w_norm < step_norm * c.eps) | s.initial_breakdown
     w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(c.dtype)
     proj = proj.at[j + 1].set(w_norm.astype(c.dtype))
