@@ -3,7 +3,7 @@ test and the mapping from how a loop ended to lineax's `RESULTS`."""
 
 import abc
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -29,35 +29,12 @@ from ._flat import (
     quotient,
     transpose_options,
 )
-from ._system import flat_preconditioner, plain_system, System
+from ._system import flat_preconditioner, LoopEnd, plain_system, Residuals, System
 
 
 _State = TypeVar("_State")
 
 FUSED_TEST_BELOW = 1024  # (unknowns: see `measure_and_dot`)
-
-
-class _LoopEnd(Protocol):
-    """The fields of a loop state that `loop_end` reads (read-only, as the fields of
-    the solvers' `NamedTuple` states)."""
-
-    @property
-    def y(self) -> Array: ...
-    @property
-    def step(self) -> Array: ...
-
-
-class _Residuals(Protocol):
-    """The fields of a loop state that lineax's stopping test reads (read-only)."""
-
-    @property
-    def y(self) -> Array: ...
-    @property
-    def r(self) -> Array: ...
-    @property
-    def diff(self) -> Array: ...
-    @property
-    def b_scale(self) -> Array: ...
 
 
 class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
@@ -263,7 +240,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         """lineax's default: ten times the number of unknowns."""
         return 10 * size if self.max_steps is None else self.max_steps
 
-    def not_converged(self, system: System, state: _Residuals) -> Bool[Array, ""]:
+    def not_converged(self, system: System, state: Residuals) -> Bool[Array, ""]:
         """lineax's test: the residual `state.r` must be within `atol + rtol * |c|`
         (`state.b_scale`) and the last update `state.diff` within
         `atol + rtol * |y|`, both measured by `norm`."""
@@ -274,7 +251,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             update = self.norm(system.flat.unravel(state.diff / y_scale))
         return (self.residual_norm(system, state) > 1) | (update > 1)
 
-    def _y_scale(self, system: System, state: _Residuals) -> Array:
+    def _y_scale(self, system: System, state: Residuals) -> Array:
         """`atol + rtol * |y|`, elementwise: the scale of the update's test."""
         return self._tolerance(system.total(state.y))
 
@@ -289,7 +266,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         with jax.numpy_dtype_promotion("standard"):
             return self.atol + self.rtol * magnitude
 
-    def test_measure(self, system: System, state: _Residuals) -> Scalar:
+    def test_measure(self, system: System, state: Residuals) -> Scalar:
         """The larger of `not_converged`'s two measures: the residual `state.r` and
         the last update `state.diff`, each measured by `norm` in units of its
         tolerance (`state.b_scale`, and `atol + rtol * |y|`). The test passes at
@@ -309,7 +286,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         return jnp.maximum(self.residual_norm(system, state), update)
 
     def measure_and_dot(
-        self, system: System, state: _Residuals, z: Array
+        self, system: System, state: Residuals, z: Array
     ) -> tuple[Scalar, Scalar]:
         """`test_measure(system, state)` and the inner product `<z, state.r>`
         (`z` conjugated). With the default `max_norm`, below `FUSED_TEST_BELOW`
@@ -338,7 +315,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         """Whether `measure_and_dot` takes one reduction for `size` unknowns."""
         return self.norm is max_norm and 0 < size < FUSED_TEST_BELOW
 
-    def _max_terms(self, system: System, state: _Residuals) -> Array:
+    def _max_terms(self, system: System, state: Residuals) -> Array:
         """The elementwise larger of the residual and the update, each in units of
         its tolerance: `max_norm`'s test is their maximum."""
         residual = quotient(lax.abs(state.r), state.b_scale)
@@ -346,7 +323,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
             residual, quotient(lax.abs(state.diff), self._y_scale(system, state))
         )
 
-    def residual_norm(self, system: System, state: _Residuals) -> Scalar:
+    def residual_norm(self, system: System, state: Residuals) -> Scalar:
         """The residual `state.r` measured by `norm` in units of its tolerance
         `state.b_scale` (`atol + rtol * |c|`): the first half of `not_converged`'s
         test, which it passes at or below 1."""
@@ -373,7 +350,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     def loop_end(
         self,
         system: System,
-        state: _LoopEnd,
+        state: LoopEnd,
         max_steps: int,
         not_converged: Bool[Array, ""],
         *,

@@ -2,14 +2,14 @@
 
 import functools as ft
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import equinox as eqx
 import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
+from jaxtyping import Array, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ..._validate import check_square
@@ -17,10 +17,12 @@ from .._cg_choice import cg_choices
 from ._base import AbstractOneSiteSolver
 from ._cg_inline import inline_solve, InlineLoop, LAYOUTS, UPDATES
 from ._cg_modes import (
+    continues,
     CONVERGED,
     CURVATURE_NEGATIVE,
     curvature_test,
     CURVATURE_ZERO,
+    Loop,
     next_mode,
     Outcome,
     RESIDUAL,
@@ -31,7 +33,6 @@ from ._flat import (
     both,
     conj_options,
     constant,
-    either,
     keep_conj,
     keep_linearise,
     negated,
@@ -43,49 +44,6 @@ from ._system import System, UPDATE_IN_COND
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static, eqxi.Static]
-
-
-class _Loop(NamedTuple):
-    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, the
-    next input `v` of the `mv` slot (`y` before a residual pass, else `p`: chosen
-    at the end of the pass before, so that the slot reads one vector rather than a
-    select, which XLA:CPU fused into the operator's own kernels), last update
-    `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
-    why the loop stopped (`STEP`, `RESIDUAL`, `CHECK`, `_CURVATURE_*`,
-    `STAGNATED`, `CONVERGED`: a loop in `STEP` has not passed the stopping
-    test); `checked` is the stopping test's measure (`test_measure`: the residual
-    or the update, in units of its tolerance) at the last failed residual pass
-    from the first failed check on (infinite before it); `b_scale` scales the
-    right-hand side for the stopping test; `stiffness` is the largest
-    `p^H A p / gamma` of the steps so far (see `curvature_test`); `stalls`
-    counts the failed tests of a true residual in a row that did not halve it
-    (see `failed_tests`). (Whether that
-    is finite needs no flag:
-    `gamma` is non-finite from the first pass on where the residual is, and the
-    loop stops.)"""
-
-    y: Inexact[Array, " n"]
-    r: Inexact[Array, " n"]
-    p: Inexact[Array, " n"]
-    v: Inexact[Array, " n"]
-    diff: Inexact[Array, " n"]
-    gamma: Inexact[Array, ""]
-    step: Int[Array, ""]
-    mode: Int[Array, ""]
-    checked: Array
-    b_scale: Array
-    stiffness: Array
-    stalls: Int[Array, ""]
-
-
-def _continues(max_steps: int, s: _Loop) -> Bool[Array, ""]:
-    """The loop's condition: a residual pass is pending, or an ordinary step may
-    be taken (`gamma` positive and steps left)."""
-    gamma = real_part(s.gamma)
-    iterate = both(
-        lax.gt(gamma, constant(0, gamma)), lax.lt(s.step, constant(max_steps, s.step))
-    )
-    return either(lax.gt(s.mode, STEP), both(lax.eq(s.mode, STEP), iterate))
 
 
 class CG(AbstractOneSiteSolver[_CGState]):
@@ -245,7 +203,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             s = inline_solve(self, system, precond, y0, rcond, max_steps)
             return self._loop_end(system, s, max_steps)
         s = lax.while_loop(
-            ft.partial(_continues, max_steps),
+            ft.partial(continues, max_steps),
             ft.partial(self._pass, system, precond, rcond),
             self._init_loop(system, y0),
         )
@@ -259,12 +217,12 @@ class CG(AbstractOneSiteSolver[_CGState]):
             return r.size >= UPDATE_IN_COND
         return self.residual_update == "cond"
 
-    def _init_loop(self, system: System, y0: Array) -> _Loop:
+    def _init_loop(self, system: System, y0: Array) -> Loop:
         """The loop's state before its first pass, a residual pass at `y0`."""
         dtype = system.flat.dtype
         zero = jnp.zeros((), dtype)
         b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
-        return _Loop(
+        return Loop(
             y=y0,
             r=jnp.zeros_like(y0),
             p=jnp.zeros_like(y0),
@@ -284,8 +242,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
         system: System,
         precond: Callable[[Array], Array],
         rcond: float,
-        s: _Loop,
-    ) -> _Loop:
+        s: Loop,
+    ) -> Loop:
         """The loop body: one pass through the `mv` slot (`_step`), the
         preconditioned residual and `gamma`, then the next search direction and
         the next pass (`next_mode`)."""
@@ -326,8 +284,8 @@ class CG(AbstractOneSiteSolver[_CGState]):
         )
 
     def _step(
-        self, system: System, rcond: float, s: _Loop
-    ) -> tuple[Array, _Loop, Outcome]:
+        self, system: System, rcond: float, s: Loop
+    ) -> tuple[Array, Loop, Outcome]:
         """The pass through the `mv` slot and the step it takes.
 
         **Returns:**
@@ -364,7 +322,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         return out, new, Outcome(pending, step_taken, bad, code, refresh)
 
     def _loop_end(
-        self, system: System, s: _Loop | InlineLoop, max_steps: int
+        self, system: System, s: Loop | InlineLoop, max_steps: int
     ) -> tuple[Array, lx.RESULTS, dict[str, Any]]:
         """The solution, result and stats from the loop's final state `s`."""
         # `gamma = <M r, r>` is that of the final residual, or of the updated one

@@ -152,10 +152,8 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     m = measured[1]
     # A check where the updated residual passes the test; a refresh every
     # `stabilise_every` steps. Either takes the true residual `b - A y`.
-    if solver.has_scale:
-        passed = both(ok, lax.le(m, constant(1, m)))
-    else:
-        passed = jnp.array(False)
+    test = both(ok, lax.le(m, constant(1, m))) if solver.has_scale else None
+    passed = jnp.array(False) if test is None else test
     check = passed if solver.check_residual else jnp.array(False)
     recompute = check
     step = lax.add(s.step, lax.convert_element_type(ok, s.step.dtype))

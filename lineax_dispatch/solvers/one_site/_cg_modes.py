@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, Bool, Inexact, Int
 
 from ._flat import both, constant, dot, either, negated, real_part, select
 
@@ -227,3 +227,46 @@ def next_mode(
     next_pass = lax.select(both(pending, accepted), CONVERGED, next_pass)
     next_pass = lax.select(stagnated, STAGNATED, next_pass)
     return lax.select(outcome.bad, outcome.code, next_pass), failed, stalls
+
+
+class Loop(NamedTuple):
+    """CG's loop state: the iterate `y`, residual `r`, search direction `p`, the
+    next input `v` of the `mv` slot (`y` before a residual pass, else `p`: chosen
+    at the end of the pass before, so that the slot reads one vector rather than a
+    select, which XLA:CPU fused into the operator's own kernels), last update
+    `diff` and `gamma = <M r, r>`; `mode` says what the next pass does, or
+    why the loop stopped (`STEP`, `RESIDUAL`, `CHECK`, `_CURVATURE_*`,
+    `STAGNATED`, `CONVERGED`: a loop in `STEP` has not passed the stopping
+    test); `checked` is the stopping test's measure (`test_measure`: the residual
+    or the update, in units of its tolerance) at the last failed residual pass
+    from the first failed check on (infinite before it); `b_scale` scales the
+    right-hand side for the stopping test; `stiffness` is the largest
+    `p^H A p / gamma` of the steps so far (see `curvature_test`); `stalls`
+    counts the failed tests of a true residual in a row that did not halve it
+    (see `failed_tests`). (Whether that
+    is finite needs no flag:
+    `gamma` is non-finite from the first pass on where the residual is, and the
+    loop stops.)"""
+
+    y: Inexact[Array, " n"]
+    r: Inexact[Array, " n"]
+    p: Inexact[Array, " n"]
+    v: Inexact[Array, " n"]
+    diff: Inexact[Array, " n"]
+    gamma: Inexact[Array, ""]
+    step: Int[Array, ""]
+    mode: Int[Array, ""]
+    checked: Array
+    b_scale: Array
+    stiffness: Array
+    stalls: Int[Array, ""]
+
+
+def continues(max_steps: int, s: Loop) -> Bool[Array, ""]:
+    """The loop's condition: a residual pass is pending, or an ordinary step may
+    be taken (`gamma` positive and steps left)."""
+    gamma = real_part(s.gamma)
+    iterate = both(
+        lax.gt(gamma, constant(0, gamma)), lax.lt(s.step, constant(max_steps, s.step))
+    )
+    return either(lax.gt(s.mode, STEP), both(lax.eq(s.mode, STEP), iterate))

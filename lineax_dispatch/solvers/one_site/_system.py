@@ -8,6 +8,7 @@ that `Normal` can hand them `N = A^H A` with `c = A^H b` without a second site f
 `A^H b`."""
 
 from collections.abc import Callable
+from typing import Protocol
 
 import equinox as eqx
 import jax
@@ -231,3 +232,26 @@ def flat_preconditioner(
     if preconditioner is None:
         return lambda x: x
     return flat_mv(preconditioner, flat, flat)
+
+
+class LoopEnd(Protocol):
+    """The fields of a loop state that `loop_end` reads (read-only, as the fields of
+    the solvers' `NamedTuple` states)."""
+
+    @property
+    def y(self) -> Array: ...
+    @property
+    def step(self) -> Array: ...
+
+
+class Residuals(Protocol):
+    """The fields of a loop state that lineax's stopping test reads (read-only)."""
+
+    @property
+    def y(self) -> Array: ...
+    @property
+    def r(self) -> Array: ...
+    @property
+    def diff(self) -> Array: ...
+    @property
+    def b_scale(self) -> Array: ...
