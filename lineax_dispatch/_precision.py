@@ -33,6 +33,11 @@ _PRODUCTS = frozenset({prims.dot_general_p, prims.conv_general_dilated_p})
 BATCHED_PRECISION = "highest"
 
 
+def _default_setting() -> Any:
+    """`jax.default_matmul_precision`'s value in force (`None`: none)."""
+    return jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
+
+
 @contextlib.contextmanager
 def batched_products() -> Iterator[None]:
     """Within: a product traced with no precision of its own takes
@@ -43,7 +48,7 @@ def batched_products() -> Iterator[None]:
 
     A context manager.
     """
-    if jax.config.jax_default_matmul_precision is None:
+    if _default_setting() is None:
         with jax.default_matmul_precision(BATCHED_PRECISION):
             yield
     else:
@@ -54,7 +59,7 @@ def default_precision() -> Any:
     """The precision a product traced now with no precision of its own takes:
     `None` where no default is in force, else as a jaxpr holds it (a pair of
     `jax.lax.Precision`s, or a dot algorithm), read from a product traced now."""
-    if jax.config.jax_default_matmul_precision is None:
+    if _default_setting() is None:
         return None
     spec = jax.ShapeDtypeStruct((1, 1), jnp.float32)
     traced = jax.make_jaxpr(lambda a, b: lax.dot(a, b))(spec, spec)

@@ -361,9 +361,10 @@ def _batch_solve_impl(operator, vectors, solver, policy, options, throw, batch_s
             return _apply_stack(solve_one, vectors, strategy)
 
         out_sharding = stack_sharding(operator, vectors)
+        run = solve_stack
         if out_sharding is not None:
-            solve_stack = jax.sharding.auto_axes(solve_stack, out_sharding=out_sharding)
-        value, result, stats = solve_stack(closed, vectors)
+            run = jax.sharding.auto_axes(solve_stack, out_sharding=out_sharding)
+        value, result, stats = run(closed, vectors)  # pyright: ignore[reportCallIssue]
     return lx.Solution(value=value, result=result, stats=stats, state=state)
 
 

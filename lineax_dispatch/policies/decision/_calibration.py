@@ -29,6 +29,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.lax as lax
@@ -89,7 +90,7 @@ _SCALES = {
 ACCELERATOR_MARGINS = dict(departure_margin=4.2, materialise_margin=10.7)
 
 
-def _margins(backend: str) -> dict[str, float]:
+def _margins(backend: str) -> dict[str, Any]:
     return {} if backend == "cpu" else dict(ACCELERATOR_MARGINS)
 
 

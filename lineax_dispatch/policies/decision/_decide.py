@@ -26,17 +26,17 @@ def cheapest(
     allowed. With `margins` (`CostModel.margins()`), where `Lazy` is allowed, a
     strategy is a candidate only where it is estimated more than its margin times
     cheaper than `Lazy`."""
-    allowed = [e for e in candidates if e.seconds is not None]
-    lazy = next((e for e in allowed if e.strategy == "Lazy"), None)
-    if lazy is not None and lazy.seconds is not None and margins:
+    allowed = [(e.seconds, e) for e in candidates if e.seconds is not None]
+    lazy = next((s for s, e in allowed if e.strategy == "Lazy"), None)
+    if lazy is not None and margins:
         allowed = [
-            e
-            for e in allowed
-            if e is lazy or e.seconds * margins.get(e.strategy, 1.0) < lazy.seconds
+            (s, e)
+            for s, e in allowed
+            if e.strategy == "Lazy" or s * margins.get(e.strategy, 1.0) < lazy
         ]
     if not allowed:
         return None
-    return min(allowed, key=lambda e: (e.seconds, e.strategy != "Lazy"))
+    return min(allowed, key=lambda se: (se[0], se[1].strategy != "Lazy"))[1]
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -103,7 +103,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         if e is not best
     )
     fastest = cheapest(costs)
-    if fastest is not best:
+    if fastest is not None and fastest is not best:
         reasons.append(
             f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
             f"~{fastest.seconds:.3g} s ({others}), not more than "

@@ -120,12 +120,14 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         rmv = flat_mv(keep_conj(operator).transpose(), out_flat, system.flat)
         with own_code():
             solver = self.in_units(system.unit)
-            x, result, stats = solver._run(system, rmv, out_flat, x0)
+            run = solver._run  # pyright: ignore[reportAttributeAccessIssue]
+            x, result, stats = run(system, rmv, out_flat, x0)
         # The system's right-hand side is the user's divided by `unit`.
         unit = system.unit
-        x = x * unit.astype(x.dtype)
-        for name in ("norm_r", "norm_Ar", "norm_x"):
-            stats[name] = stats[name] * unit
+        if unit is not None:
+            x = x * unit.astype(x.dtype)
+            for name in ("norm_r", "norm_Ar", "norm_x"):
+                stats[name] = stats[name] * unit
         return system.flat.unravel(x), result, stats
 
     def solve_system(
