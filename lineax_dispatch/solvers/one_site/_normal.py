@@ -11,7 +11,6 @@ from ...operators._structure import structures_match
 from ...policies.calls._session import own_code
 from ._base import AbstractOneSiteSolver
 from ._flat import (
-    binary_scale,
     conj_options,
     flat_mv,
     keep_conj,
@@ -155,7 +154,6 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
             offset=offset,
             flat=x_flat,
             unit=unit,
-            rhs_units=binary_scale(b),
         )
         preconditioner = options.get("preconditioner")
         if preconditioner is None:

@@ -43,10 +43,6 @@ class System(eqx.Module):
         estimate) was divided to give this system's (see `rhs_unit`): the
         user's solution is `unit` times the system's, and an absolute tolerance
         `atol` of the user's is `atol / unit` here. `None` for no division.
-    - `rhs_units`: where `rhs` is `None` and `c` is not in the units of the
-        user's right-hand side (`Normal`'s `A^H b`), the power of two near the
-        largest entry of the right-hand side `c` is derived from (see
-        `from_first_residual`); `None` where `c` is in its units.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -55,7 +51,6 @@ class System(eqx.Module):
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
     unit: Array | None = None
-    rhs_units: Array | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -156,15 +151,6 @@ class System(eqx.Module):
             return current
         scaled, finite = current
         new = scale(residual)
-        if self.rhs_units is not None:
-            # The absolute part of the scale (`atol`, in the units of the
-            # user's right-hand side) in those of `c`: times the ratio of the
-            # largest entries of `c` and of the right-hand side, an estimate of
-            # the operator's norm from below. (For `c = A^H b` with an operator
-            # of norm 1e-20, `atol` itself would pass at `y = 0`.)
-            base = scale(jnp.zeros_like(residual))
-            ratio = binary_scale(residual) / self.rhs_units
-            new = base * ratio.astype(base.dtype) + (new - base)
         return (
             jnp.where(first, new, scaled),
             jnp.where(first, all_finite(residual), finite),
