@@ -203,3 +203,23 @@ def test_operators_of_scale_1e20_and_1e_20_in_float32(name):
         assert result == lx.RESULTS.successful, (k, result)
         scaled = x * 10.0**k
         np.testing.assert_allclose(scaled, x0, rtol=0, atol=1e-3 * np.max(np.abs(x0)))
+
+
+def test_normal_near_a_least_squares_solution():
+    """`Normal(CG)` on a least-squares problem whose right-hand side is almost
+    orthogonal to the operator's range (as a Gauss-Newton step near a fit's
+    solution, where `A^H b` vanishes and `b` does not): solved, as lineax's is; a
+    tolerance on `A^H r` scaled by `|A^H b| / |b|` was out of reach there."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((40, 5))
+    q, _ = np.linalg.qr(a, mode="complete")
+    b = q[:, 5:] @ rng.standard_normal(35) + 1e-9 * (a @ rng.standard_normal(5))
+    op = lxd.MatrixLinearOperator(jnp.asarray(a))
+    for solver in (
+        lxd.Normal(lxd.CG(1e-12, 1e-12)),
+        lx.Normal(lx.CG(1e-12, 1e-12)),
+    ):
+        sol = lx.linear_solve(op, jnp.asarray(b), solver, throw=False)
+        assert sol.result == lx.RESULTS.successful, type(solver).__module__
+        expected = np.linalg.lstsq(a, b, rcond=None)[0]
+        np.testing.assert_allclose(sol.value, expected, rtol=0, atol=1e-12)
