@@ -141,10 +141,12 @@ _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
     }
     assert meshes["make_mesh default"].axis_types == (AxisType.Explicit,)
     done = 0
-    for batch in (13, 16):
+    # Every solver on a batch the mesh does not divide (padded); a direct, a
+    # lineax and one of our iterative solvers on one it divides.
+    for batch, batch_solvers in ((13, solvers), (16, solvers[1:2] + solvers[4:6])):
         bs = jnp.asarray(rng.standard_normal((batch, n)))
         expected = np.linalg.solve(np.asarray(a), np.asarray(bs).T).T
-        for solver in solvers:
+        for solver in batch_solvers:
             op = lxd.MatrixLinearOperator(a, tags)
             for name, mesh in meshes.items():
                 where = f"{name} {solver} batch={batch}"
@@ -204,4 +206,4 @@ def test_every_solver_with_explicit_and_auto_meshes():
         text=True,
         timeout=900,
     )
-    assert done.returncode == 0 and "OK 104" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "OK 74" in done.stdout, done.stdout + done.stderr
