@@ -2,10 +2,9 @@
 (what `jax.make_mesh` creates by default) and with Auto axes, 1-D and 2-D; run in a
 subprocess so that the device count can be set before jax starts."""
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from tests.helpers.eight_devices import run_on_eight_devices
 
 
 _PRELUDE = textwrap.dedent(
@@ -295,21 +294,7 @@ _BUDGETS = textwrap.dedent(
 
 
 def _run(script: str) -> str:
-    # Eight host devices, on top of the suite's flags (conftest).
-    flags = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    )
-    env = dict(os.environ, XLA_FLAGS=flags.strip())
-    env.pop("JAX_PLATFORMS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
-    return done.stdout
+    return run_on_eight_devices(_PRELUDE + script)
 
 
 def test_every_solver_on_explicit_and_auto_meshes():

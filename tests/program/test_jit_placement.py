@@ -5,9 +5,6 @@ and then sharded over a mesh, committed and then not, its calls give `jax.jit`'s
 values on `jax.jit`'s devices. Run over 8 host devices in a subprocess (the device
 count is set before jax starts), as tests/test_sharded.py runs its programs."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -15,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import lineax_dispatch as lxd
+from tests.helpers.eight_devices import run_on_eight_devices
 
 
 _PRELUDE = textwrap.dedent(
@@ -112,20 +110,7 @@ _PLACEMENTS = textwrap.dedent(
 
 
 def _run(script: str) -> str:
-    flags = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    )
-    env = dict(os.environ, XLA_FLAGS=flags.strip())
-    env.pop("JAX_PLATFORMS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
-    return done.stdout
+    return run_on_eight_devices(_PRELUDE + script)
 
 
 def test_devices_shardings_and_committedness_each_get_their_program():

@@ -1,10 +1,9 @@
 """batch_solve sharded over 8 (host) devices, run in a subprocess so that the
 device count can be set before jax starts."""
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from tests.helpers.eight_devices import run_on_eight_devices
 
 
 _SCRIPT = textwrap.dedent(
@@ -85,20 +84,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_batch_solve_sharded_over_eight_devices():
-    # Eight host devices, on top of the suite's flags (conftest).
-    flags = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    )
-    env = dict(os.environ, XLA_FLAGS=flags.strip())
-    env.pop("JAX_PLATFORMS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
+    run_on_eight_devices(_SCRIPT, timeout=600)
 
 
 _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
@@ -194,16 +180,4 @@ _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
 
 
 def test_every_solver_with_explicit_and_auto_meshes():
-    flags = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    )
-    env = dict(os.environ, XLA_FLAGS=flags.strip())
-    env.pop("JAX_PLATFORMS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _EVERY_SOLVER_ON_EVERY_MESH],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0 and "OK 74" in done.stdout, done.stdout + done.stderr
+    assert "OK 74" in run_on_eight_devices(_EVERY_SOLVER_ON_EVERY_MESH, timeout=900)
