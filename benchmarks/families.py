@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import lineax_dispatch as lxd
 from benchmarks import families_cases as fc, harness
 from benchmarks.auto_report import AUTO_FOR, BASELINE, FIXED, score, SCORES
-from lineax_dispatch.policies import _auto
+from lineax_dispatch.policies import _auto, machine_cost_model
 from lineax_dispatch.policies._outline import outline_runs_here
 from lineax_dispatch.program import _decide as _program
 
@@ -58,6 +58,11 @@ VARIANTS = tuple(
 LXD_JIT = ("Roll", *AUTO_FOR.values())
 TARGET_MEDIAN, TARGET_WORST = 1.05, 1.5
 RUN_SAMPLES, RUN_BUDGET_S = 51, 0.5
+
+
+def cost_model_record(model: lxd.CostModel) -> dict:
+    """A `CostModel`'s fields as a JSON dict."""
+    return {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}
 
 
 def observation_record(o) -> dict:
@@ -255,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elapsed = time.perf_counter() - start
     print(f"total benchmark time: {elapsed:.1f} s")
     payload = dict(environment=env, config=conf, cases=rows, summary=totals)
+    # The constants Auto decided with here: `benchmarks.fit_cost_model` fits its
+    # multipliers over them.
+    payload["cost_model"] = cost_model_record(machine_cost_model())
     payload["total_seconds"] = elapsed if math.isfinite(elapsed) else None
     harness.write_results(args.out, "families", payload, lambda p: plot(rows, p))
 

@@ -12,8 +12,10 @@ estimate, one site, costs its `Lazy` estimate). The model's choice is the policy
 of least predicted cost; its regret is the measured score of that policy over the
 best measured one (plain lineax among the candidates), at compile + 1 run
 (observations with `runs=1`) and compile + 100 runs. The fit searches, by
-coordinate descent over multipliers of the defaults (a factor of 4 either way in
-steps of 2, then of sqrt 2), for the constants minimising the mean log regret plus
+coordinate descent over multipliers of the constants `Auto` decided with (the
+machine's calibration, which `families.json` records; `CostModel()` where it does
+not), a factor of 4 either way in steps of 2, then of sqrt 2, for the constants
+and the margins over `Lazy` (at least 1) minimising the mean log regret plus
 the log of the worst on the fit half; the held-out half is scored once, for the
 defaults and for the fitted model.
 
@@ -30,6 +32,7 @@ regrets) and `.png`.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -57,15 +60,32 @@ FITTED = (
     "roll_fixed",
     "roll_site",
     "roll_step",
+    "departure_margin",
+    "materialise_margin",
 )
+# A margin is a factor of at least 1 (`Auto` departs from `Lazy` only where the
+# estimated gain exceeds it).
+MARGINS = ("departure_margin", "materialise_margin")
 COARSE, FINE = (0.25, 0.5, 2.0, 4.0), (2**-0.5, 2**0.5)
 SWEEPS = 3
 
 
-def _model(multipliers: dict) -> lxd.CostModel:
-    base = lxd.CostModel()
+def base_model(data: dict) -> lxd.CostModel:
+    """The constants `Auto` decided with in `data` (`families.json`'s
+    `cost_model`: this machine's calibration), margins 1; `CostModel()` where the
+    results do not record them."""
+    recorded = data.get("cost_model")
+    if recorded is None:
+        return lxd.CostModel()
+    return lxd.CostModel(**dict(recorded, departure_margin=1.0, materialise_margin=1.0))
+
+
+def _model(multipliers: dict, base: lxd.CostModel | None = None) -> lxd.CostModel:
+    base = lxd.CostModel() if base is None else base
     values = {name: getattr(base, name) * m for name, m in multipliers.items()}
-    return lxd.CostModel(**values)
+    for name in MARGINS:
+        values[name] = max(values.get(name, getattr(base, name)), 1.0)
+    return dataclasses.replace(base, **values)
 
 
 def _estimates(observation: dict, runs: int, model: lxd.CostModel) -> dict:
@@ -86,12 +106,23 @@ def predicted_choice(row: dict, runs: int, model: lxd.CostModel) -> str:
         lazy = est.get("Lazy", math.inf)
         for policy in FIXED:
             totals[policy] += est.get(policy, lazy if policy == "Roll" else math.inf)
-    return min(FIXED, key=totals.get)
+    margins = model.margins()
+    allowed = [
+        p
+        for p in FIXED
+        if p in row["results"]
+        and (p == "Lazy" or totals[p] * margins.get(p, 1.0) < totals["Lazy"])
+    ]
+    return min(allowed, key=totals.get)
 
 
 def regret(row: dict, runs: int, choice: str) -> float:
     """The measured score of `choice` over the best measured policy."""
-    totals = {v: score(row["results"][v], runs) for v in FIXED + (BASELINE,)}
+    totals = {
+        v: score(row["results"][v], runs)
+        for v in FIXED + (BASELINE,)
+        if v in row["results"]  # Outline is not measured where it cannot run
+    }
     return totals[choice] / min(totals.values())
 
 
@@ -112,16 +143,16 @@ def objective(rows: list[dict], model: lxd.CostModel) -> float:
     return total
 
 
-def fit(rows: list[dict]) -> tuple[dict, float]:
+def fit(rows: list[dict], base: lxd.CostModel) -> tuple[dict, float]:
     """Coordinate descent over the multipliers of `FITTED`."""
     multipliers = dict.fromkeys(FITTED, 1.0)
-    best = objective(rows, _model(multipliers))
+    best = objective(rows, _model(multipliers, base))
     for steps in (COARSE,) * SWEEPS + (FINE,):
         improved = False
         for name in FITTED:
             for factor in steps:
                 trial = dict(multipliers, **{name: multipliers[name] * factor})
-                value = objective(rows, _model(trial))
+                value = objective(rows, _model(trial, base))
                 if value < best - 1e-9:
                     best, multipliers, improved = value, trial, True
         if not improved and steps is COARSE:
@@ -142,8 +173,9 @@ def main(argv=None) -> None:
     by_label = {row["label"]: row for row in data["cases"]}
     fit_rows = [by_label[c.label] for c in fit_cases if c.label in by_label]
     held_rows = [by_label[c.label] for c in held_cases if c.label in by_label]
-    multipliers, value = fit(fit_rows)
-    models = dict(defaults=lxd.CostModel(), fitted=_model(multipliers))
+    base = base_model(data)
+    multipliers, value = fit(fit_rows, base)
+    models = dict(defaults=base, fitted=_model(multipliers, base))
     report: dict = {}
     for name, model in models.items():
         report[name] = {
