@@ -46,6 +46,17 @@ from .policies import (
     Scan as Scan,
     VmapBatch as VmapBatch,
 )
+from .preconditioners import (
+    AbstractPattern as AbstractPattern,
+    AbstractPreconditioner as AbstractPreconditioner,
+    Band as Band,
+    block_jacobi as block_jacobi,
+    BlockJacobiPreconditioner as BlockJacobiPreconditioner,
+    jacobi as jacobi,
+    JacobiPreconditioner as JacobiPreconditioner,
+    PreconditionedSolver as PreconditionedSolver,
+    Stencil as Stencil,
+)
 from .program import (
     explain as explain,
     ExplainReport as ExplainReport,

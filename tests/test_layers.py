@@ -13,12 +13,14 @@ Imports run one way, from the bottom up:
 5. `policies/decision/`: the rule `Auto` decides by;
 6. `policies/_auto.py` and the `policies` package;
 7. `operators/`;
-8. `solvers/` (`solvers/one_site/` included);
-9. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments
+8. `preconditioners/`: Jacobi and block Jacobi built from an operator, and the
+    solver that builds them;
+9. `solvers/` (`solvers/one_site/` included);
+10. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments
     and errors, `analyse/`, `_decide`, `_trace` (which traces again where the
     decide stage finds solves better decided together), `rewrite/`, `_compiled`,
     `_jit`, `_explain`;
-10. the package's `__init__`.
+11. the package's `__init__`.
 
 A module may import its own layer or a lower one. An import upwards fails the
 suite, and `test_an_upward_import_is_found` shows that it would.
@@ -50,6 +52,7 @@ LAYERS = (
     ("policies.decision", ("lineax_dispatch.policies.decision",)),
     ("policies", ("lineax_dispatch.policies._auto", "lineax_dispatch.policies")),
     ("operators", ("lineax_dispatch.operators",)),
+    ("preconditioners", ("lineax_dispatch.preconditioners",)),
     ("solvers", ("lineax_dispatch.solvers",)),
     (
         "program: arguments, errors",

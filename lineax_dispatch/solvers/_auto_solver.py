@@ -25,6 +25,8 @@ from ..policies._pinned import ChoiceRef
 from ..policies.calls._session import record_solver_choice
 from ..policies.decision._calibration import machine_cost_model
 from ..policies.decision._formulas import batched_compile, mv_compile, mv_run, read_rate
+from ..preconditioners import AbstractPattern
+from ..preconditioners._choice import preconditioner_choice
 from ._policy_solver import hide_static, reveal_static
 from ._prepare import expected_iterations
 from .one_site._cg import CG
@@ -97,7 +99,12 @@ class AutoSolver(lx.AbstractLinearSolver):
     (`2 sqrt(n)`, at least 10). So small systems are factorised, and large or
     cheap-to-apply ones (a stencil) are solved matrix-free. A plain lineax
     operator gets the `Auto` policy, so an iterative solve also decides how to
-    apply its `mv`. This is the `linear_solver` to give optimistix:
+    apply its `mv`. A `CG` or `GMRES` solve gets a Jacobi preconditioner (block
+    Jacobi given `block_size`) where building it takes at most a tenth of the
+    expected steps in `mv`s (free where the operator holds its entries, a few
+    coloured probes given a `pattern`), applied where its diagonal spans at least
+    a factor of ten ([`lineax_dispatch.PreconditionedSolver`][]). This is the
+    `linear_solver` to give optimistix:
 
     !!! Example
 
@@ -123,8 +130,18 @@ class AutoSolver(lx.AbstractLinearSolver):
     well_posed: bool | None = None
     memory_budget: int | None = eqx.field(default=None, converter=optional_budget)
     cost_model: CostModel | None = None
+    pattern: AbstractPattern | None = None
+    block_size: int | None = None
+    precondition: bool = True
 
     def __check_init__(self):
+        if self.block_size is not None:
+            check_positive_int(self.block_size, "AutoSolver(..., block_size=...)")
+        if self.pattern is not None and not isinstance(self.pattern, AbstractPattern):
+            raise TypeError(
+                "`pattern` of `AutoSolver` must be an `lxd.Band`, an `lxd.Stencil` or "
+                f"None; got {type(self.pattern).__name__}."
+            )
         for field in ("rtol", "atol"):
             check_tolerance(getattr(self, field), f"AutoSolver(..., {field}=...)")
         if self.max_steps is not None:
@@ -212,7 +229,9 @@ class AutoSolver(lx.AbstractLinearSolver):
         cost = _direct_cost(operator, self.well_posed, itemsize)
         name, needed = cost.name, cost.bytes
         if needed > budget:
-            return iterative, (
+            return self._preconditioned(
+                operator,
+                iterative,
                 f"{name} needs {format_bytes(needed)} (the dense matrix and its "
                 f"factors), over the budget of {format_bytes(budget)}: "
                 f"{type(iterative).__name__}, matrix-free.",
@@ -232,10 +251,33 @@ class AutoSolver(lx.AbstractLinearSolver):
                 f"direct is cheaper, and {name} ({format_bytes(needed)}) fits the "
                 f"budget of {format_bytes(budget)}.",
             )
-        return iterative, (
+        return self._preconditioned(
+            operator,
+            iterative,
             estimates,
             f"{type(iterative).__name__} is cheaper: matrix-free.",
         )
+
+    def _preconditioned(
+        self,
+        operator: lx.AbstractLinearOperator,
+        iterative: lx.AbstractLinearSolver,
+        *reasons: str,
+    ) -> tuple[lx.AbstractLinearSolver, tuple[str, ...]]:
+        """`iterative`, with a preconditioner where `preconditioner_choice` takes
+        one (CG and GMRES, unless `precondition=False`), and the reasons."""
+        if not self.precondition or not isinstance(iterative, (CG, GMRES)):
+            return iterative, reasons
+        steps = expected_iterations(self.max_steps, operator.in_size())
+        chosen, why = preconditioner_choice(
+            operator,
+            iterative,
+            steps,
+            self.pattern,
+            self.block_size,
+            self.memory_budget,
+        )
+        return chosen, (*reasons, why)
 
     def select(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearSolver:
         """The solver this chooses for `operator` (see `choose`).
@@ -257,10 +299,12 @@ class AutoSolver(lx.AbstractLinearSolver):
             except TypeError:  # an operator class lineax-dispatch does not know
                 pass
         solver, reasons = self.choose(operator)
+        inner_solver = getattr(solver, "solver", solver)
         choice = record_solver_choice(
             type(operator).__name__,
             f"{operator.out_size()}x{operator.in_size()}",
-            type(solver).__name__,
+            type(inner_solver).__name__
+            + (" + preconditioner" * (solver is not inner_solver)),
             reasons,
             self.model().source,
         )
@@ -303,6 +347,12 @@ AutoSolver.__init__.__doc__ = """**Arguments:**
     memory.
 - `cost_model`: the machine constants of the estimates (an `lxd.CostModel`). `None`
     (the default) uses this machine's, as `lxd.Auto` does.
+- `pattern`: the sparsity of the operators ([`lineax_dispatch.Stencil`][],
+    [`lineax_dispatch.Band`][]), from which a preconditioner is built with a few
+    coloured probe vectors; `None` if not known.
+- `block_size`: consider block Jacobi with blocks of this size rather than Jacobi.
+- `precondition`: whether to consider a preconditioner at all (see
+    [`lineax_dispatch.PreconditionedSolver`][]).
 """
 
 
