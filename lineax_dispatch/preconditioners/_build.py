@@ -8,8 +8,10 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import lineax as lx
+from jax.sharding import PartitionSpec
 from jaxtyping import Array, Bool, Inexact, Real
 
+from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
 from ..policies._memory import (
     default_memory_budget,
@@ -92,6 +94,9 @@ def _invert_diagonal(diagonal: Inexact[Array, " n"], sign: int) -> Built:
 
 
 def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:
+    sharding = explicit_sharding(blocks)
+    if sharding is not None:  # JAX's factorisations take no Explicit axis
+        blocks = jax.sharding.reshard(blocks, PartitionSpec())
     eye = jnp.broadcast_to(jnp.eye(blocks.shape[1], dtype=blocks.dtype), blocks.shape)
     with batched_products():
         if sign:
@@ -100,9 +105,13 @@ def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:
         else:
             inverse = jnp.linalg.inv(blocks)
     usable = jnp.all(jnp.isfinite(inverse), axis=(1, 2))
-    inverse = jnp.where(usable[:, None, None], inverse, eye)
+    # Arithmetic rather than a select: the blocks may be sharded, the mask not.
+    kept = usable.astype(inverse.dtype)[:, None, None]
+    inverse = jnp.where(jnp.isfinite(inverse), inverse, 0) * kept + eye * (1 - kept)
     norm = lambda b: jnp.max(jnp.sum(jnp.abs(b), axis=1), axis=-1)  # 1-norms
     spread = jnp.max(norm(blocks)) * jnp.max(norm(inverse))
+    if sharding is not None:
+        inverse = jax.sharding.reshard(inverse, sharding)
     return Built(inverse=inverse, usable=usable, spread=spread)
 
 

@@ -27,18 +27,15 @@ def _check_pattern(pattern, what: str) -> None:
 
 def _failure(what: str, sign: int, blocks: bool) -> str:
     entry = "diagonal block" if blocks else "diagonal entry"
-    if sign == 1:
-        need = "positive (the operator is tagged positive semidefinite)"
-        if blocks:
-            need = "positive definite (the operator is tagged positive semidefinite)"
-    elif sign == -1:
-        need = "negative definite" if blocks else "negative"
-        need += " (the operator is tagged negative semidefinite)"
+    if sign:
+        kind = "positive" if sign == 1 else "negative"
+        fault = f"not {kind}{' definite' if blocks else ''} or not finite"
+        fault += f", where the operator is tagged {kind} semidefinite"
     else:
-        need = "invertible" if blocks else "nonzero"
+        fault = "singular or not finite" if blocks else "zero or not finite"
     return (
-        f"`{what}(operator)`: a {entry} of the operator is not {need}, or is not "
-        "finite. Build with `throw=False` to hold NaN there instead: a solve with it "
+        f"`{what}(operator)`: a {entry} of the operator is {fault}. Build with "
+        "`throw=False` to hold NaN there instead: a solve of this package's with it "
         "then reports a failed `RESULTS` code."
     )
 
@@ -92,6 +89,8 @@ def _build(operator, block_size, pattern, memory_budget, throw, what):
     check_operator(operator, what)
     _check_pattern(pattern, what)
     budget = resolve_budget(operator, optional_budget(memory_budget))
+    if pattern is not None:  # a pattern that does not fit the operator fails here
+        pattern.colouring(operator.in_size(), block_size)
     parts = plan(operator, block_size, pattern, budget)
     kind = f"Block Jacobi (blocks of {block_size})" if blocks else "Jacobi"
     built = read(operator, block_size, pattern, budget)
@@ -137,7 +136,9 @@ def jacobi(
         the free memory.
     - `throw`: where an entry is zero, non-finite or of the wrong sign, raise an
         error when the preconditioner is computed (`True`, as lineax's `throw`),
-        or hold NaN there (`False`: a solve with it reports a failed `RESULTS`).
+        or hold NaN there (`False`: a solve of this package's with it reports
+        `RESULTS.nonfinite_input`; lineax's own CG does not check what its
+        preconditioner returns, so give it `throw=True`).
 
     **Returns:**
 

@@ -140,6 +140,13 @@ def _basis_blocks(
 ) -> Inexact[Array, "k b b"]:
     n, b = operator.in_size(), block_size
     count = padded_count(n, b)
+    if b == 1:  # a masked sum rather than a gather: the image may be sharded
+        at = lambda image, index: jnp.sum(jnp.where(jnp.arange(n) == index, image, 0))
+        batch = None if found.batch >= n else found.batch
+        diagonal = images_of_basis(
+            RawMv(operator), operator.in_structure(), n, batch, at
+        )
+        return diagonal[:, None, None]
 
     def keep(image, index):
         padded = jnp.pad(image, (0, count * b - n))

@@ -10,8 +10,10 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
+from jax.sharding import PartitionSpec
 from jaxtyping import Array, Inexact
 
+from .._explicit_axes import explicit_sharding
 from ..policies import RawMv
 from ._patterns import AbstractPattern
 from ._probes import identity_padding, padded_count, probe_blocks, Route, route
@@ -99,7 +101,12 @@ def dense_blocks(
 ) -> Inexact[Array, "k b b"]:
     """The diagonal blocks of a square `matrix` (see `probe_blocks`)."""
     n, b = matrix.shape[0], block_size
+    if b == 1:  # elementwise: the rows keep a sharding of theirs
+        eye = jnp.eye(n, dtype=matrix.dtype)
+        return jnp.sum(matrix * eye, axis=1)[:, None, None]
     count = padded_count(n, b)
+    if explicit_sharding(matrix) is not None:  # its reshape takes no Explicit axis
+        matrix = jax.sharding.reshard(matrix, PartitionSpec())
     padded = jnp.pad(matrix, ((0, count * b - n), (0, count * b - n)))
     grid = padded.reshape(count, b, count, b)
     blocks = jnp.diagonal(grid, axis1=0, axis2=2)  # [r, t, k]
