@@ -184,6 +184,7 @@ def main(argv=None) -> None:
                 for runs, values in regrets(rows, model).items()
             }
             for half, rows in (("fit", fit_rows), ("held_out", held_rows))
+            if rows  # a half the results do not hold is not scored
         }
     changed = {k: v for k, v in multipliers.items() if v != 1.0}
     fitted = models["fitted"]

@@ -53,6 +53,7 @@ How to run
 
     python -m benchmarks.program            # (1024, 32) and (256, 24)
     python -m benchmarks.program --quick    # (128, 8), k = 1, 4
+    python -m benchmarks.program --cases 1024x32 --repeats 2 --small-repeats 3
 
 Results: `benchmarks/results/program.json` and `benchmarks/results/program.png`.
 """
@@ -327,6 +328,14 @@ def run(cases, ks, repeats: int, small_repeats: int) -> dict:
 # ------------------------------------------------------------------ main
 
 
+def _cases(text: str) -> list[tuple[int, int]]:
+    """`"1024x32,256x24"` as `[(1024, 32), (256, 24)]`."""
+    return [
+        (int(n), int(layers))
+        for n, layers in (c.strip().split("x") for c in text.split(","))
+    ]
+
+
 def main(argv=None) -> None:
     """Measure, print the report, write `program.json` and `program.png`."""
     parser = harness.parser(__doc__, FULL, QUICK)
@@ -337,6 +346,11 @@ def main(argv=None) -> None:
         default=15,
         help="rounds of the programs that compile in under a second",
     )
+    parser.add_argument(
+        "--cases",
+        type=_cases,
+        help="n x layers cases, e.g. 1024x32,256x24 (default: both)",
+    )
     args = parser.parse_args(argv)
     settings = (
         QUICK
@@ -344,6 +358,7 @@ def main(argv=None) -> None:
         else dict(FULL, repeats=args.repeats, small_repeats=args.small_repeats)
     )
     cases, ks, repeats = settings["cases"], settings["ks"], settings["repeats"]
+    cases = args.cases or cases
     env = harness.environment(load_average=True)
     results = run(cases, ks, repeats, settings["small_repeats"])
     report(results, ks, PATTERNS)
