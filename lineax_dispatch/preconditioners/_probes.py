@@ -4,6 +4,8 @@ memory budget, the batched products at float32's precision or above
 (`_precision.batched_products`, as every build of this package)."""
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,10 +17,19 @@ from jaxtyping import Array, Inexact
 
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
+from ..operators import AbstractDispatchOperator
 from ..policies import RawMv
 from ..policies._dense import images_of_basis
 from ..policies._memory import format_bytes, itemsize
 from ._patterns import AbstractPattern, Colouring
+
+
+def plain_mv(operator: lx.AbstractLinearOperator) -> Callable[[Any], Any]:
+    """The operator's lineax `mv`, whatever its policy (an operator of this
+    package's), or its `mv` (a plain lineax operator's)."""
+    if isinstance(operator, AbstractDispatchOperator):
+        return RawMv(operator)
+    return operator.mv
 
 
 class Route(eqx.Module):
@@ -111,7 +122,7 @@ def _coloured_blocks(
     flat_in, unravel = eqx.filter_eval_shape(jfu.ravel_pytree, operator.in_structure())
     n, b = operator.in_size(), block_size
     sharding = explicit_sharding(flat_in)
-    mv = RawMv(operator)
+    mv = plain_mv(operator)
 
     def apply(colour):
         probe = (colouring.colour_of(jnp.arange(n)) == colour).astype(flat_in.dtype)
@@ -144,7 +155,7 @@ def _basis_blocks(
         at = lambda image, index: jnp.sum(jnp.where(jnp.arange(n) == index, image, 0))
         batch = None if found.batch >= n else found.batch
         diagonal = images_of_basis(
-            RawMv(operator), operator.in_structure(), n, batch, at
+            plain_mv(operator), operator.in_structure(), n, batch, at
         )
         return diagonal[:, None, None]
 
@@ -153,7 +164,9 @@ def _basis_blocks(
         return lax.dynamic_slice(padded, ((index // b) * b,), (b,))
 
     batch = None if found.batch >= n else found.batch
-    columns = images_of_basis(RawMv(operator), operator.in_structure(), n, batch, keep)
+    columns = images_of_basis(
+        plain_mv(operator), operator.in_structure(), n, batch, keep
+    )
     columns = jnp.pad(columns, ((0, count * b - n), (0, 0)))  # [k * b + t, r]
     return jnp.transpose(columns.reshape(count, b, b), (0, 2, 1))
 

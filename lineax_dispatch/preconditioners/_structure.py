@@ -14,9 +14,15 @@ from jax.sharding import PartitionSpec
 from jaxtyping import Array, Inexact
 
 from .._explicit_axes import explicit_sharding
-from ..policies import RawMv
 from ._patterns import AbstractPattern
-from ._probes import identity_padding, padded_count, probe_blocks, Route, route
+from ._probes import (
+    identity_padding,
+    padded_count,
+    plain_mv,
+    probe_blocks,
+    Route,
+    route,
+)
 
 
 _HELD = (lx.MatrixLinearOperator, lx.PyTreeLinearOperator)
@@ -138,7 +144,7 @@ def _flat_diagonal(operator: lx.AbstractLinearOperator) -> Inexact[Array, " n"]:
     if isinstance(operator, lx.DiagonalLinearOperator):
         return jfu.ravel_pytree(operator.diagonal)[0]
     ones = jtu.tree_map(lambda s: jnp.ones(s.shape, s.dtype), operator.in_structure())
-    return jfu.ravel_pytree(RawMv(operator)(ones))[0]  # tagged diagonal
+    return jfu.ravel_pytree(plain_mv(operator)(ones))[0]  # tagged diagonal
 
 
 def _tridiagonal_blocks(operator, block_size: int) -> Inexact[Array, "k b b"]:
