@@ -4,9 +4,6 @@ subprocess as `test_sharded`'s solves are."""
 
 import textwrap
 
-import jax
-import pytest
-
 from tests.test_sharded import _run, _SPD
 
 
@@ -93,11 +90,5 @@ _HELD_MATRIX = _SPD + textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(
-    jax.__version_info__ >= (0, 11),
-    reason="open on jax >= 0.11: there CG's loop state loses the held matrix's "
-    "sharding (`lax.select` of `P('x')` and `P(None)` vectors in the loop), which "
-    "the resharding of `mv`'s output does not reach; solved on jax 0.10",
-)
 def test_matrix_held_in_a_closure_cell_or_partial():
     assert "OK 32" in _run(_HELD_MATRIX)

@@ -27,6 +27,7 @@ from ._flat import (
     keep_conj,
     preconditioner_and_y0,
     quotient,
+    structure_mesh,
     transpose_options,
 )
 from ._system import flat_preconditioner, LoopEnd, plain_system, Residuals, System
@@ -143,7 +144,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         (`own_code`: the `jax.numpy` functions it calls reuse their traces from
         earlier programs); the operator's and preconditioner's `mv`s are the user's
         (`flat_mv` applies them under the program's own jit-cache context)."""
-        with own_code():
+        with own_code(), structure_mesh(operator):
             return self._solve_square(operator, vector, options)
 
     def _solve_square(

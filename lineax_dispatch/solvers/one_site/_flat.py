@@ -5,8 +5,10 @@ promoted dtype of the leaves). The operator is wrapped as a function of flat
 vectors that calls `operator.mv` exactly once per call: wherever a solver calls
 it once in its loop body, the user's `mv` appears once in the traced program."""
 
+import contextlib
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import equinox as eqx
@@ -17,6 +19,7 @@ import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
 from jax.custom_batching import custom_vmap
+from jax.sharding import NamedSharding
 from jaxtyping import Array, PyTree, Shaped
 
 from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
@@ -27,32 +30,44 @@ from ...policies.calls._session import user_code
 
 
 class Flattener(eqx.Module):
-    """Ravels a PyTree of a fixed structure to a 1-D array and back."""
+    """Ravels a PyTree of a fixed structure to a 1-D array and back.
+
+    Where the structure's leaves hold an explicit sharding (a mesh with Explicit
+    axes: the sharding is part of the type every vector of a solver's loop must
+    keep), every flat vector it gives is typed as a ravelled vector of the
+    structure (`sharding`), and every PyTree it gives as the structure: a vector
+    that reaches it in another sharding is resharded. lineax evaluates a solve
+    abstractly with its right-hand side's and its operator's arrays as shapes and
+    dtypes alone, so there they reach the solver unsharded where the operator's
+    structure states a sharding. Elsewhere nothing is resharded, and no equation
+    is added.
+    """
 
     structure: PyTree[jax.ShapeDtypeStruct] = eqx.field(static=True)
     dtype: Any = eqx.field(static=True)
+    sharding: NamedSharding | None = eqx.field(static=True)
 
     def __init__(self, structure: PyTree[jax.ShapeDtypeStruct], dtype: Any):
         leaves, treedef = jtu.tree_flatten(structure)
         self.structure = (tuple(leaves), treedef)
         self.dtype = jnp.dtype(dtype)
+        self.sharding = None
+        if any(explicit_sharding(x) is not None for x in leaves):
+            flat = jax.eval_shape(self._concatenate, structure)
+            self.sharding = explicit_sharding(flat)
 
     @property
     def size(self) -> int:
         return structure_size(self.structure[0])
 
     def zeros(self) -> Shaped[Array, " size"]:
-        """A flat vector of zeros, sharded as a ravelled vector of the structure
-        is where the structure's leaves hold an explicit sharding (a mesh with
-        Explicit axes: the sharding is part of the type every vector of a solver's
-        loop must keep)."""
-        leaves, treedef = self.structure
-        if not any(explicit_sharding(x) is not None for x in leaves):
-            return jnp.zeros(self.size, self.dtype)
-        flat = jax.eval_shape(self.ravel, jtu.tree_unflatten(treedef, leaves))
-        return jnp.zeros(self.size, self.dtype, out_sharding=flat.sharding)
+        """A flat vector of zeros, typed as `ravel` types its vectors."""
+        return jnp.zeros(self.size, self.dtype, out_sharding=self.sharding)
 
     def ravel(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
+        return _typed(self._concatenate(tree), self.sharding)
+
+    def _concatenate(self, tree: PyTree[Array]) -> Shaped[Array, " size"]:
         leaves = jtu.tree_leaves(tree)
         if not leaves:
             return jnp.zeros((0,), self.dtype)
@@ -70,7 +85,24 @@ class Flattener(eqx.Module):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # complex -> real casts of a real leaf
             out = [p.reshape(s.shape).astype(s.dtype) for p, s in zip(pieces, leaves)]
+        if self.sharding is not None:
+            out = [_typed(x, explicit_sharding(s)) for x, s in zip(out, leaves)]
         return jtu.tree_unflatten(treedef, out)
+
+
+def _typed(x: Array, sharding: NamedSharding | None) -> Array:
+    """`x` resharded to `sharding` where that is given and `x`'s type has another
+    (see `Flattener`); `x` itself otherwise."""
+    if sharding is None:
+        return x
+    ndim = jnp.ndim(x)
+    if _padded(jax.typeof(x).sharding.spec, ndim) == _padded(sharding.spec, ndim):
+        return x
+    return jax.sharding.reshard(x, sharding)
+
+
+def _padded(spec: Any, ndim: int) -> tuple:
+    return tuple(spec) + (None,) * (ndim - len(spec))
 
 
 def result_dtype(*trees: PyTree[Any]) -> Any:
@@ -113,6 +145,29 @@ def conj_options(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("preconditioner") is None:
         return {}
     return {"preconditioner": keep_conj(options["preconditioner"])}
+
+
+@contextlib.contextmanager
+def structure_mesh(operator: lx.AbstractLinearOperator) -> Iterator[None]:
+    """Runs a solve of `operator` on the mesh its input or output structure is
+    sharded over (an Explicit mesh axis), as an abstract mesh, where no mesh is set
+    (`jax.jit` outside `jax.set_mesh`): there, on jax 0.12, `jax.numpy`'s
+    functions that create an array (`jnp.zeros_like` of a sharded vector, or
+    `jnp.zeros(..., out_sharding=...)`) give it unsharded, and a solver's loop
+    would carry vectors of two shardings. Where a mesh is set, or the structures
+    name no Explicit axis, it does nothing."""
+    if jax.sharding.get_abstract_mesh().empty:
+        structures = (operator.in_structure(), operator.out_structure())
+        for leaf in jtu.tree_leaves(structures):
+            sharding = explicit_sharding(leaf)
+            if sharding is not None:
+                mesh = sharding.mesh
+                if isinstance(mesh, jax.sharding.Mesh):
+                    mesh = mesh.abstract_mesh
+                with jax.sharding.use_abstract_mesh(mesh):
+                    yield
+                return
+    yield
 
 
 def flat_mv(operator: lx.AbstractLinearOperator, source: Flattener, dest: Flattener):

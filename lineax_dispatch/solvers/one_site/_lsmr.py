@@ -27,6 +27,7 @@ from ._flat import (
     keep_conj,
     keep_linearise,
     preconditioner_and_y0,
+    structure_mesh,
     two_norm as flat_two_norm,
 )
 from ._lsmr_loop import Loop, lsmr_step
@@ -109,7 +110,12 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
     def compute(
         self, state: _LSMRState, vector: PyTree[Array], options: dict[str, Any]
     ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
-        operator = state
+        with structure_mesh(state):
+            return self._compute(state, vector, options)
+
+    def _compute(
+        self, operator: _LSMRState, vector: PyTree[Array], options: dict[str, Any]
+    ) -> tuple[PyTree[Array], lx.RESULTS, dict[str, Any]]:
         _, y0 = preconditioner_and_y0(
             operator, vector, options, allow_preconditioner=False, solver_name="LSMR"
         )

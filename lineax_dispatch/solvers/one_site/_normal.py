@@ -15,6 +15,7 @@ from ._flat import (
     flat_mv,
     keep_conj,
     keep_linearise,
+    structure_mesh,
     transpose_options,
 )
 from ._system import flatteners, rhs_unit, System
@@ -112,7 +113,7 @@ class Normal(lx.AbstractLinearSolver[_NormalState]):
         if inner is None:
             return lx.Normal(self.inner_solver).compute(state, vector, options)
         # This package's own code (see `AbstractOneSiteSolver.solve_square`).
-        with own_code():
+        with own_code(), structure_mesh(state):
             return self._compute_one_site(inner, state, vector, options)
 
     def _compute_one_site(
