@@ -77,6 +77,24 @@ def test_a_disturbed_measurement_is_clipped(monkeypatch, tmp_path):
     assert model.compile_per_site == pytest.approx(
         10 * lxd.CostModel().compile_per_site
     )
+    # A loop's copy may cost tens of times the reference's (an accelerator that
+    # compiles each copy apart): clipped at 100.
+    assert model.solve_copy == pytest.approx(100 * lxd.CostModel().solve_copy)
+
+
+def test_a_repeated_solve_costs_what_a_loops_copy_measures(monkeypatch, tmp_path):
+    # A TPU v5e compiles each copy of a Krylov loop apart: about 30 times the
+    # reference machine's copy, where its compile of one program is about twice.
+    monkeypatch.setenv(calibration.ENV, str(tmp_path))
+    measured = _times(1.0)
+    measured["compile_s"] *= 2.0
+    measured["loop_copy_s"] *= 30.0
+    _fake(monkeypatch, measured)
+    model = _fresh(lxd.policies.machine_cost_model)
+    defaults = lxd.CostModel()
+    assert model.solve_copy == pytest.approx(30 * defaults.solve_copy)
+    assert model.roll_fixed == pytest.approx(2 * defaults.roll_fixed)
+    assert model.compile_per_dot == pytest.approx(2 * defaults.compile_per_dot)
 
 
 def test_a_corrupt_or_foreign_cache_is_measured_again(monkeypatch, tmp_path):

@@ -4,10 +4,10 @@ by a few micro-measurements taken at first use and cached per machine.
 `CostModel()`'s defaults were fitted on one 2-core XLA:CPU machine. A machine that
 compiles twice as fast, or reads memory at half the rate, moves every break-even
 point of the decision rule. At the first decision of `Auto` (or `AutoSolver`)
-with no cost model of the user's, `machine_cost_model` times five small programs
-(about a second in all): a compile, a matrix-matrix product, a matrix-vector
-product over a matrix larger than the cache and one within it, and the steps of
-a small loop. Each constant that measures the same thing is scaled by the ratio
+with no cost model of the user's, `machine_cost_model` times six small programs
+(about a second in all on a CPU): a compile, a matrix-matrix product, a matrix-vector
+product over a matrix larger than the cache and one within it, the steps of a
+small loop, and the compile time of one more copy of a small Krylov loop. Each constant that measures the same thing is scaled by the ratio
 of this machine's time to the reference machine's (the times in `_REFERENCE`,
 taken with these functions on the machine the defaults were fitted on). The
 result is written to a JSON file named by the machine (backend, device kind, CPU
@@ -33,12 +33,19 @@ from typing import Any
 
 import jax
 import jax.lax as lax
+import jax.numpy as jnp
 import numpy as np
 
 from ._model import CostModel
 
 
 ENV = "LINEAX_DISPATCH_CALIBRATION"
+
+
+# `loop_copy_s` on the reference machine: the median ratio of `loop_copy_s` to
+# `compile_s` in five first-use calibrations on a 2-core Intel Xeon (XLA:CPU,
+# jax 0.10.2), 0.186, times the reference machine's `compile_s`.
+LOOP_COPY_REFERENCE = 0.186 * 4.99e-2
 
 
 # The micro-measurements on the reference machine (2-core AMD EPYC, 32 MiB L3,
@@ -52,6 +59,7 @@ _REFERENCE = {
     "stream_s": 1.108e-3,
     "cached_s": 8.96e-5,
     "step_s": 1.47e-7,
+    "loop_copy_s": LOOP_COPY_REFERENCE,
 }
 
 
@@ -69,7 +77,6 @@ _SCALES = {
         "krylov_compile",
         "roll_fixed",
         "roll_site",
-        "solve_copy",
         "inline_compile",
         "fused_test_compile",
         "update_cond_compile",
@@ -79,6 +86,7 @@ _SCALES = {
     "stream_s": ("bytes_per_second", "callback_bytes_per_second"),
     "cached_s": ("cache_bytes_per_second",),
     "step_s": ("krylov_step", "roll_step", "outline_call", "refresh_pass"),
+    "loop_copy_s": ("solve_copy",),
 }
 
 
@@ -95,7 +103,10 @@ def _margins(backend: str) -> dict[str, Any]:
 
 
 # A ratio outside these bounds is taken as a disturbed measurement and clipped.
+# A loop's compiled copy is up to about 30 times the reference machine's on an
+# accelerator (a TPU v5e: XLA compiles each copy of a while loop apart).
 _RATIO_BOUNDS = (0.1, 10.0)
+_LOOP_COPY_BOUNDS = (0.1, 100.0)
 
 
 # The model once made or read in this context, with the setting it was made under:
@@ -169,7 +180,7 @@ def _best(fn, repeats: int) -> float:
 
 
 def measure() -> dict[str, float]:
-    """Times the five micro-programs on the default device (the best of a few
+    """Times the six micro-programs on the default device (the best of a few
     runs each; about a second in all on a 2-core CPU).
 
     **Returns:**
@@ -177,9 +188,10 @@ def measure() -> dict[str, float]:
     Seconds: `compile_s` (XLA's compile of a small loop with two matrix-vector
     products and a dozen element-wise operations), `matmul_s` (a 512 x 512 matrix
     product at `Precision.HIGHEST`, as batched products run), `stream_s` (a product with a 4096 x 4096 `float32` matrix, 64 MiB),
-    `cached_s` (32 products with a 256 x 256 matrix, in one loop) and `step_s` (one
+    `cached_s` (32 products with a 256 x 256 matrix, in one loop), `step_s` (one
     step of a loop of products with a 64 x 64 matrix, whose bound XLA does not
-    know).
+    know) and `loop_copy_s` (the compile time of one more copy of a small Krylov
+    loop in a program: what each copy of a repeated solve costs beyond its `mv`).
     """
     rng = np.random.default_rng(0)
     small = rng.standard_normal((64, 64)).astype(np.float32) / 8
@@ -201,6 +213,7 @@ def measure() -> dict[str, float]:
 
     compiles = [compile_once(i) for i in range(3)]
     compile_s = min(_best(c, 1) for c in compiles)
+    loop_copy_s = _loop_copy(small, salt)
 
     def run(fn, *args, repeats):
         args = jax.device_put(args)  # on the device once, not at every call
@@ -237,7 +250,43 @@ def measure() -> dict[str, float]:
         stream_s=stream_s,
         cached_s=cached_s,
         step_s=step_s,
+        loop_copy_s=loop_copy_s,
     )
+
+
+def _loop_copy(small: np.ndarray, salt: float) -> float:
+    """Compile time of one more copy of an iterative solver's loop: programs of
+    one and of four dependent `while` loops with a body as a Krylov step's (a
+    product, two inner products, vector updates, a stopping test), each copy
+    with a constant of its own; a third of the difference of the two (each the
+    best of two compiles)."""
+
+    def program_of(copies: int, tag: float):
+        def program(x):
+            for c in range(copies):
+                offset = np.float32(tag + c)
+
+                def body(carry):
+                    i, v, r = carry
+                    p = small @ v
+                    alpha = jnp.vdot(r, r) / (jnp.vdot(p, v) + offset)
+                    r = r - alpha * p
+                    return i + 1, v + alpha * r, r
+
+                def cond(carry):
+                    i, _, r = carry
+                    return (i < 10) & (jnp.vdot(r, r) > 1e-12)
+
+                x = lax.while_loop(cond, body, (0, x, x))[1]
+            return x
+
+        return jax.jit(program).lower(np.ones(64, np.float32)).compile
+
+    times = {}
+    for copies in (1, 4):
+        tags = (salt + 10 * copies, salt + 10 * copies + 5)
+        times[copies] = min(_best(program_of(copies, t), 1) for t in tags)
+    return max(times[4] - times[1], 0.0) / 3
 
 
 def scaled_model(measured: dict[str, float], source: str) -> CostModel:
@@ -256,7 +305,8 @@ def scaled_model(measured: dict[str, float], source: str) -> CostModel:
     base = CostModel()
     changes: dict = {"source": source}
     for name, fields in _SCALES.items():
-        ratio = float(np.clip(measured[name] / _REFERENCE[name], *_RATIO_BOUNDS))
+        bounds = _LOOP_COPY_BOUNDS if name == "loop_copy_s" else _RATIO_BOUNDS
+        ratio = float(np.clip(measured[name] / _REFERENCE[name], *bounds))
         for field in fields:
             value = getattr(base, field)
             changes[field] = value / ratio if "per_second" in field else value * ratio
