@@ -1,6 +1,7 @@
 """A matrix-free operator whose function holds a sharded matrix in a closure cell
-or a `functools.partial`, over 8 (host) devices on Explicit and Auto axes; run in a
-subprocess as `test_sharded`'s solves are."""
+or a `functools.partial`, and the matrix itself as an operator, over 8 (host)
+devices on Explicit axes, with and without a mesh set; run in a subprocess as
+`test_sharded`'s solves are."""
 
 import textwrap
 
@@ -85,10 +86,19 @@ _HELD_MATRIX = _SPD + textwrap.dedent(
                 raise AssertionError(f"{cls} took a symmetric tag")
         assert messages[0] == messages[1], messages
         assert "must have matching input and output structures" in messages[1]
+    # The matrix itself as the operator, solved under `jax.jit` where no mesh is
+    # set: every vector of a solver's loop keeps the rows' sharding.
+    op = lxd.MatrixLinearOperator(a, tag)
+    for solver in solvers:
+        solve = lambda b: lx.linear_solve(op, b, solver, throw=False).value
+        y = jax.jit(solve)(b)
+        np.testing.assert_allclose(y, expected, atol=1e-8, err_msg=str(solver))
+        assert y.sharding.spec == P("x"), (solver, y.sharding)
+        done += 1
     print("OK", done)
     """
 )
 
 
 def test_matrix_held_in_a_closure_cell_or_partial():
-    assert "OK 32" in _run(_HELD_MATRIX)
+    assert "OK 40" in _run(_HELD_MATRIX)
