@@ -33,6 +33,15 @@ class AbstractPreconditioner(lx.AbstractLinearOperator):
     returns it. `valid` says whether every entry was usable (a nonzero diagonal,
     of the right sign where the operator is definite, invertible blocks): a
     preconditioner built with `throw=False` holds NaN where it is not.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.diag(jnp.array([2.0, 4.0])))
+        m = lxd.jacobi(op)
+        assert isinstance(m, lxd.AbstractPreconditioner)
+        print(m.explain())  # read from the matrix's entries
+        ```
     """
 
     structure: tuple[Any, Any] = eqx.field(static=True)
@@ -108,7 +117,16 @@ class AbstractPreconditioner(lx.AbstractLinearOperator):
 class JacobiPreconditioner(AbstractPreconditioner):
     """The inverse of an operator's diagonal, as [`lineax_dispatch.jacobi`][]
     builds it: `mv` multiplies each entry of the flattened vector by
-    `inverse_diagonal`."""
+    `inverse_diagonal`.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.diag(jnp.array([2.0, 4.0])))
+        m = lxd.jacobi(op)
+        y = m.mv(jnp.ones(2))  # [0.5, 0.25]
+        ```
+    """
 
     inverse_diagonal: Inexact[Array, " n"]
 
@@ -132,7 +150,16 @@ class BlockJacobiPreconditioner(AbstractPreconditioner):
     [`lineax_dispatch.block_jacobi`][] builds them: `mv` splits the flattened
     vector into consecutive pieces of `block_size` (the last one padded with
     zeros where the size is not a multiple) and multiplies each by its block's
-    inverse, at float32's precision or above on every backend."""
+    inverse, at float32's precision or above on every backend.
+
+    !!! Example
+
+        ```python
+        op = lxd.MatrixLinearOperator(jnp.kron(jnp.eye(2), jnp.ones((2, 2)) + jnp.eye(2)))
+        m = lxd.block_jacobi(op, 2)
+        y = m.mv(op.mv(jnp.arange(4.0)))  # [0., 1., 2., 3.]: op is block diagonal
+        ```
+    """
 
     inverse_blocks: Inexact[Array, "blocks size size"]
 
@@ -210,3 +237,22 @@ def _is_positive_semidefinite(operator):
 @lx.conj.register(AbstractPreconditioner)
 def _conj(operator):
     return operator.map_arrays(jnp.conj)
+
+
+_FIELDS = """**Arguments:**
+
+- `structure`: the operator's input structure, as `flat_structure` gives it.
+- `tags`: lineax tags (positive semidefinite and symmetric where the operator is
+    definite).
+- `build`: how the entries were read, in words.
+- `valid`: whether every entry was usable.
+"""
+
+JacobiPreconditioner.__init__.__doc__ = (
+    _FIELDS + "- `inverse_diagonal`: the inverse of the flattened diagonal.\n"
+)
+BlockJacobiPreconditioner.__init__.__doc__ = (
+    _FIELDS
+    + "- `inverse_blocks`: the inverse diagonal blocks, of shape `(blocks, size, "
+    "size)`.\n"
+)

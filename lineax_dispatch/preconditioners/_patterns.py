@@ -64,7 +64,16 @@ class AbstractPattern(eqx.Module):
     [`lineax_dispatch.block_jacobi`][] read the entries they need from as many
     coloured probe vectors as the pattern's colouring needs, where the operator
     has no structure of its own to read them from. Entries outside the pattern
-    must be zero: the entries read would otherwise hold sums of several."""
+    must be zero: the entries read would otherwise hold sums of several.
+
+    !!! Example
+
+        ```python
+        pattern = lxd.Band(lower=2, upper=2)
+        assert isinstance(pattern, lxd.AbstractPattern)
+        assert pattern.colouring(100, 1).count == 3  # probes for the diagonal
+        ```
+    """
 
     @abc.abstractmethod
     def colouring(self, size: int, block_size: int) -> Colouring:

@@ -1,0 +1,90 @@
+"""The text report and the figure of `benchmarks.preconditioners`."""
+
+from benchmarks import harness
+
+
+def report(payload: dict) -> str:
+    """The diffusion table and the targets."""
+    lines = []
+    for row in payload["diffusion"]:
+        columns = [
+            ("program", lambda kv: kv[0]),
+            ("steps", lambda kv: kv[1]["steps"]),
+            (
+                "compile",
+                lambda kv: f"{kv[1].get('compile_total_s', float('nan')):.3f}s",
+            ),
+            ("run", lambda kv: f"{kv[1].get('run_s', float('nan')):.4f}s"),
+            (
+                "total",
+                lambda kv: (
+                    f"{kv[1]['total_s']:.3f}s" + "*" * bool(kv[1].get("estimated"))
+                ),
+            ),
+        ]
+        lines.append(f"diffusion {row['s']}x{row['s']} (span {row['span']:g}):")
+        lines.append(harness.column_table(columns, list(row["results"].items())))
+        r = row["ratios"]
+        steps = r["steps_jacobi_over_plain"]
+        lines.append(
+            f"  Jacobi/plain steps {steps:.3f} (target <= 1/3: "
+            f"{harness.met(steps <= 1 / 3)}); AutoSolver chose {row['auto_chose']}"
+        )
+        for key, what in (("run", "run (build + solve)"), ("total", "compile + run")):
+            over = [
+                r[f"{who}_{key}_over_jacobi"] for who in ("plain", "lineax", "hand")
+            ]
+            lines.append(
+                f"  {what}: lxd.CG plain {over[0]:.2f}x, lineax CG {over[1]:.2f}x, "
+                f"lineax + hand Jacobi {over[2]:.2f}x of lxd.CG + jacobi (target > 1: "
+                f"{harness.met(min(over[0], over[2]) > 1)})"
+            )
+    blocks = payload["blocks"]
+    ratio = blocks["jacobi_over_block_steps"]
+    lines.append(
+        f"blocks n={blocks['n']}: Jacobi/block Jacobi steps {ratio:.2f}x (target >= 2: "
+        f"{harness.met(ratio >= 2)}); AutoSolver chose {blocks['auto_chose']}, "
+        f"applied {blocks['auto_preconditioned']}"
+    )
+    fam = payload["families"]
+    picked = sum(c["preconditioned"] for c in fam["choices"])
+    lines.append(
+        f"families: a preconditioner on {picked} of {len(fam['choices'])} operators "
+        f"(target 0: {harness.met(picked == 0)}); stencil told its pattern: "
+        f"{fam['regret']:.2f}x the total without"
+    )
+    return "\n".join(lines)
+
+
+def plot(payload: dict, path) -> None:
+    """Totals per program and grid; steps against the coefficient's span."""
+    plt = harness.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    rows = payload["diffusion"]
+    names = list(rows[0]["results"])
+    width = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        totals = [
+            row["results"][k]["total_s"] if k in row["results"] else 0 for k in names
+        ]
+        xs = [j + i * width for j in range(len(names))]
+        axes[0].bar(xs, totals, width, label=f"{row['s']}x{row['s']}")
+    axes[0].set_xticks([j + 0.4 - width / 2 for j in range(len(names))])
+    axes[0].set_xticklabels(names, rotation=30, ha="right", fontsize=7)
+    axes[0].set_yscale("log")
+    axes[0].set_title("diffusion: compile + one run, build included (s)")
+    axes[0].legend()
+    spread = payload["spread"]
+    spans = [r["span"] for r in spread]
+    axes[1].plot(spans, [r["plain_steps"] for r in spread], "o-", label="CG")
+    axes[1].plot(spans, [r["jacobi_steps"] for r in spread], "s-", label="CG + jacobi")
+    axes[1].set_xscale("log")
+    axes[1].set_title(
+        f"steps against the coefficient's span ({payload['config']['grids'][0]}^2)"
+    )
+    axes[1].legend()
+    blocks = payload["blocks"]["results"]
+    axes[2].bar(list(blocks), [r["steps"] for r in blocks.values()])
+    axes[2].set_title(f"block-dominant dense, n={payload['blocks']['n']}: CG steps")
+    fig.suptitle(f"Preconditioners ({harness.jax_label(openblas=True)})", fontsize=10)
+    harness.save(fig, path)
