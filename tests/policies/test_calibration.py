@@ -80,6 +80,9 @@ def test_a_disturbed_measurement_is_clipped(monkeypatch, tmp_path):
     # A loop's copy may cost tens of times the reference's (an accelerator that
     # compiles each copy apart): clipped at 100.
     assert model.solve_copy == pytest.approx(100 * lxd.CostModel().solve_copy)
+    assert model.compile_per_batched_dot == pytest.approx(
+        100 * lxd.CostModel().compile_per_batched_dot
+    )
 
 
 def test_a_repeated_solve_costs_what_a_loops_copy_measures(monkeypatch, tmp_path):
