@@ -4,6 +4,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl

@@ -159,7 +159,7 @@ def jacobi(
         five_point = ((1, 0), (-1, 0), (0, 1), (0, -1))
         m = lxd.jacobi(op, pattern=lxd.Stencil((s, s), five_point))  # 4 mvs
         print(m.explain())
-        sol = lx.linear_solve(op, jnp.ones(s * s), lxd.GMRES(1e-5, 1e-5),
+        sol = lx.linear_solve(op, jnp.ones(s * s, jnp.float32), lxd.GMRES(1e-5, 1e-5),
                               options={"preconditioner": m})
         ```
     """

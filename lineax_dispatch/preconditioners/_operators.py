@@ -14,7 +14,10 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
+from jax.sharding import PartitionSpec
 from jaxtyping import Array, Bool, Inexact, PyTree
+
+from .._explicit_axes import explicit_sharding
 
 
 def flat_structure(structure: PyTree[jax.ShapeDtypeStruct]) -> tuple[Any, Any]:
@@ -167,10 +170,15 @@ class BlockJacobiPreconditioner(AbstractPreconditioner):
         count, size, _ = self.inverse_blocks.shape
         n = x.shape[0]
         pieces = jnp.pad(x, (0, count * size - n)).reshape(count, size)
+        inverse = self.inverse_blocks
+        sharding = explicit_sharding(pieces)
+        if sharding is not None:  # the blocks split as the pieces are
+            spec = PartitionSpec(sharding.spec[0], None, None)
+            inverse = jax.sharding.reshard(inverse, spec)
         with jax.numpy_dtype_promotion("standard"):
             out = jnp.einsum(
                 "kij,kj->ki",
-                self.inverse_blocks,
+                inverse,
                 pieces,
                 precision=lax.Precision.HIGHEST,
             )
