@@ -20,7 +20,7 @@ import lineax as lx
 import numpy as np
 from jax.custom_batching import custom_vmap
 from jax.sharding import NamedSharding
-from jaxtyping import Array, PyTree, Shaped
+from jaxtyping import Array, Float, PyTree, Shaped
 
 from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ...operators._sharding import explicit_sharding, replicated_like, stacked_like
@@ -286,16 +286,42 @@ def _branch_select_batched(
 
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
-    scalar; 1 where `x` is zero or not finite. Dividing by it is exact (away from
+    scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact (away from
     overflow and subnormals)."""
     real = jnp.finfo(x.dtype).dtype
     if x.size == 0:
         return jnp.ones((), real)
     largest = jnp.max(jnp.abs(x)).astype(real)
-    _, exponent = jnp.frexp(largest)  # largest = mantissa * 2^exponent
-    unit = jnp.ldexp(jnp.ones((), real), exponent - 1)
     usable = (largest > 0) & jnp.isfinite(largest)
-    return jnp.where(usable, unit, jnp.ones((), real))
+    if real == jnp.float64:
+        # XLA:TPU does not compile `frexp` of a float64 (its emulated bit shifts).
+        unit = _power_of_two_below(jnp.where(usable, largest, jnp.ones((), real)))
+    else:
+        _, exponent = jnp.frexp(largest)  # largest = mantissa * 2^exponent
+        unit = jnp.ldexp(jnp.ones((), real), exponent - 1)
+    # A subnormal `largest` gives 0 where the backend flushes subnormals to zero.
+    return jnp.where(usable & (unit > 0), unit, jnp.ones((), real))
+
+
+def _power_of_two_below(value: Float[Array, ""]) -> Float[Array, ""]:
+    """The power of two `2^e` with `value` in `[2^e, 2^(e+1))`, for a positive
+    finite float64 `value`, by arithmetic alone: `e` from `log2`, `2^e` as a
+    product of the exact powers `2^(+-2^b)`, then one step of correction either
+    way (`log2` may round across an integer)."""
+    dtype = value.dtype
+    guess = jnp.floor(jnp.log2(value))
+    left = jnp.abs(guess)
+    unit = jnp.ones((), dtype)
+    for bit in reversed(range(11)):  # |e| < 2^11 for a float64
+        step = float(2**bit)
+        take = left >= step
+        # (2^1024 is not a float64: a positive e < 1024 never takes that bit.)
+        up = 2.0 ** min(step, 1023.0)
+        factor = jnp.where(guess < 0, 2.0 ** (-step), up).astype(dtype)
+        unit = jnp.where(take, unit * factor, unit)
+        left = jnp.where(take, left - step, left)
+    unit = jnp.where(unit > value, unit / 2, unit)
+    return jnp.where(2 * unit <= value, 2 * unit, unit)
 
 
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:

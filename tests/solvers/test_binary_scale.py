@@ -1,0 +1,37 @@
+"""The power of two every solver divides its right-hand side and its norms by
+(`binary_scale`): exact, and in float64 built by arithmetic alone, since XLA:TPU
+does not compile `frexp` of a float64 (its emulated bit shifts: "Binary op
+shift-right-arithmetic with different element types", seen on a TPU v5e)."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lineax_dispatch.solvers.one_site._flat import binary_scale
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex128])
+def test_the_scale_is_the_power_of_two_below_the_largest_entry(dtype):
+    # (The suite runs with x64 enabled: tests/conftest.py.)
+    real = np.finfo(dtype).dtype
+    tiny, big = np.log(np.finfo(real).tiny), np.log(np.finfo(real).max)
+    rng = np.random.default_rng(0)
+    largest = np.exp(rng.uniform(tiny + 1, big - 1, 500)).astype(real)
+    powers = np.ldexp(real.type(1), np.arange(-60, 60))
+    largest = np.concatenate([largest, powers, np.nextafter(powers, 0)])
+    vectors = np.stack([largest, -0.5 * largest], axis=1).astype(dtype)
+    got = np.asarray(jax.jit(jax.vmap(binary_scale))(vectors))
+    _, exponent = np.frexp(largest)
+    np.testing.assert_array_equal(got, np.ldexp(real.type(1), exponent - 1))
+    for special in (0.0, np.inf, np.nan):
+        assert binary_scale(jnp.full(3, special, dtype)) == 1
+
+
+def test_a_float64_scale_uses_no_bit_manipulation():
+    text = jax.jit(binary_scale).lower(jnp.ones(4, jnp.float64)).as_text()
+    operations = set(re.findall(r"stablehlo\.(\w+)", text))
+    assert "multiply" in operations  # the text was read
+    assert not {op for op in operations if "shift" in op or "bitcast" in op}
