@@ -96,7 +96,7 @@ _SCALES = {
 
 
 # `CostModel`'s margins on a backend other than XLA:CPU, whose constants are the
-# CPU fit scaled by the five measurements: per strategy, the largest factor by
+# CPU fit scaled by the measurements: per strategy, the largest factor by
 # which its estimated gain over `Lazy` exceeded the measured one on the fit half
 # of `benchmarks.realistic` on a TPU v5e (its `fitted_margins`, two rounds:
 # benchmarks/results/tpu/realistic.json), rounded up.
