@@ -128,6 +128,59 @@ def finds_below(
     return in_jaxpr
 
 
+def map_equations(
+    program: Any, replace: Callable[[Any], Any], memo: dict | None = None
+) -> Any:
+    """`program` with each equation at any depth for which `replace` gives an
+    equation replaced by it (and not looked into); every other equation with the
+    programs in its parameters mapped alike. What nothing changes in is returned
+    as it is; a sub-program met at several places is mapped once.
+
+    **Arguments:**
+
+    - `program`: a `jax.extend.core.ClosedJaxpr`, `Jaxpr` or `JaxprEqn`.
+    - `replace`: `eqn -> new equation`, or `None` to keep `eqn` and look into it.
+    - `memo`: the sub-programs mapped so far (a fresh one where `None`).
+
+    **Returns:**
+
+    The same kind of object.
+    """
+    memo = {} if memo is None else memo
+    # (From jax 0.12 a closed jaxpr and its jaxpr are one object of one class.)
+    if isinstance(program, jex.ClosedJaxpr) and program.jaxpr is not program:
+        inner = map_equations(program.jaxpr, replace, memo)
+        return program if inner is program.jaxpr else program.replace(jaxpr=inner)
+    if not isinstance(program, (jex.ClosedJaxpr, jex.Jaxpr)):
+        new = replace(program)
+        if new is not None:
+            return new
+        params = {k: _map_param(v, replace, memo) for k, v in program.params.items()}
+        if all(params[k] is program.params[k] for k in params):
+            return program
+        return program.replace(params=params)
+    done = memo.get(id(program))
+    if done is None:
+        eqns = [map_equations(e, replace, memo) for e in program.eqns]
+        changed = any(a is not b for a, b in zip(eqns, program.eqns))
+        done = program.replace(eqns=eqns) if changed else program
+        memo[id(program)] = done
+    return done
+
+
+def _map_param(value: Any, replace: Callable[[Any], Any], memo: dict) -> Any:
+    if isinstance(value, (jex.ClosedJaxpr, jex.Jaxpr)):
+        return map_equations(value, replace, memo)
+    if isinstance(getattr(value, "value", None), jex.ClosedJaxpr):
+        # An out-of-line call's callee (`policies._outline`), held by identity.
+        inner = map_equations(value.value, replace, memo)
+        return value if inner is value.value else type(value)(inner)
+    if isinstance(value, tuple):
+        items = tuple(_map_param(v, replace, memo) for v in value)
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
+
+
 def heavy(eqn: Any) -> bool:
     """Whether the equation `eqn` is, or holds at any depth, work of `HEAVY`."""
     if eqn.primitive in HEAVY:

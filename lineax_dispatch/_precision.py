@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import jax.extend.core as jex
 import jax.extend.core.primitives as prims
 import jax.lax as lax
 import jax.numpy as jnp
+
+from ._jaxpr import map_equations
 
 
 # The products whose precision a strategy sets: those a batch turns from
@@ -66,45 +67,6 @@ def default_precision() -> Any:
     return traced.jaxpr.eqns[0].params["precision"]
 
 
-def _in_param(value: Any, precision: Any, memo: dict) -> Any:
-    if isinstance(value, jex.ClosedJaxpr):
-        return _closed(value, precision, memo)
-    if isinstance(value, jex.Jaxpr):
-        return _open(value, precision, memo)
-    if isinstance(getattr(value, "value", None), jex.ClosedJaxpr):
-        # An out-of-line call's callee (`policies._outline`), held by identity.
-        return type(value)(_closed(value.value, precision, memo))
-    if isinstance(value, tuple) and any(
-        isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)) for v in value
-    ):
-        return tuple(_in_param(v, precision, memo) for v in value)
-    return value
-
-
-def _equation(eqn: Any, precision: Any, memo: dict) -> Any:
-    params = {k: _in_param(v, precision, memo) for k, v in eqn.params.items()}
-    if eqn.primitive in _PRODUCTS and params.get("precision", 0) is None:
-        params["precision"] = precision
-    if all(params[k] is eqn.params[k] for k in params):
-        return eqn
-    return eqn.replace(params=params)
-
-
-def _open(jaxpr: Any, precision: Any, memo: dict) -> Any:
-    done = memo.get(id(jaxpr))
-    if done is None:
-        eqns = [_equation(e, precision, memo) for e in jaxpr.eqns]
-        changed = any(a is not b for a, b in zip(eqns, jaxpr.eqns))
-        done = jaxpr.replace(eqns=eqns) if changed else jaxpr
-        memo[id(jaxpr)] = done
-    return done
-
-
-def _closed(closed: Any, precision: Any, memo: dict) -> Any:
-    jaxpr = _open(closed.jaxpr, precision, memo)
-    return closed if jaxpr is closed.jaxpr else closed.replace(jaxpr=jaxpr)
-
-
 def traced_precision(traced: Any) -> Any:
     """`traced` (a `ClosedJaxpr` or a jaxpr equation) with each product at any depth
     that has no precision of its own given the one it would be traced with now
@@ -138,7 +100,10 @@ def with_precision(traced: Any, precision: Any) -> Any:
     """
     if precision is None:
         return traced
-    memo: dict = {}
-    if isinstance(traced, jex.ClosedJaxpr):
-        return _closed(traced, precision, memo)
-    return _equation(traced, precision, memo)
+
+    def given(eqn: Any) -> Any:
+        if eqn.primitive in _PRODUCTS and eqn.params.get("precision", 0) is None:
+            return eqn.replace(params={**eqn.params, "precision": precision})
+        return None
+
+    return map_equations(traced, given)

@@ -14,7 +14,7 @@ import jax.extend.core as jex
 import jax.extend.core.primitives as prims
 
 from ..._compat import call_callee, outlined_call, XLA_OUTLINE
-from ..._jaxpr import specs_of
+from ..._jaxpr import map_equations, specs_of
 from ...policies._outline import _AbstractMv, check_outline_runs, JaxprMv
 
 
@@ -45,34 +45,15 @@ def outlined_callee(callee: Any, arrays: int) -> Any:
 def _substitute(jaxpr: Any, old: Any, new: Any) -> Any:
     """`jaxpr` with every `jit` call of `old` (at any depth) calling `new`, or, for
     `new` `None`, marked to stay out of line (`outlined_call`)."""
-    eqns = []
-    changed = False
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is prims.jit_p and call_callee(eqn) is old:
-            if new is None:
-                eqn = outlined_call(eqn)
-            else:
-                eqn = eqn.replace(params={**eqn.params, "jaxpr": new})
-            changed = True
-        else:
-            params = {k: _in_param(v, old, new) for k, v in eqn.params.items()}
-            if any(params[k] is not v for k, v in eqn.params.items()):
-                eqn = eqn.replace(params=params)
-                changed = True
-        eqns.append(eqn)
-    return jaxpr.replace(eqns=eqns) if changed else jaxpr
 
+    def calling_new(eqn: Any) -> Any:
+        if eqn.primitive is not prims.jit_p or call_callee(eqn) is not old:
+            return None
+        if new is None:
+            return outlined_call(eqn)
+        return eqn.replace(params={**eqn.params, "jaxpr": new})
 
-def _in_param(value: Any, old: Any, new: Any) -> Any:
-    if isinstance(value, jex.ClosedJaxpr):
-        inner = _substitute(value.jaxpr, old, new)
-        return value if inner is value.jaxpr else jex.ClosedJaxpr(inner, value.consts)
-    if isinstance(value, jex.Jaxpr):
-        return _substitute(value, old, new)
-    if isinstance(value, tuple):
-        items = tuple(_in_param(v, old, new) for v in value)
-        return value if all(a is b for a, b in zip(items, value)) else items
-    return value
+    return map_equations(jaxpr, calling_new)
 
 
 def outline_group(closed: Any, callee: Any, arrays: int) -> Any:
