@@ -159,12 +159,13 @@ def map_equations(
         if all(params[k] is program.params[k] for k in params):
             return program
         return program.replace(params=params)
-    done = memo.get(id(program))
+    jaxpr: Any = program  # an open jaxpr (one class with closed ones on jax 0.12)
+    done = memo.get(id(jaxpr))
     if done is None:
-        eqns = [map_equations(e, replace, memo) for e in program.eqns]
-        changed = any(a is not b for a, b in zip(eqns, program.eqns))
-        done = program.replace(eqns=eqns) if changed else program
-        memo[id(program)] = done
+        eqns = [map_equations(e, replace, memo) for e in jaxpr.eqns]
+        changed = any(a is not b for a, b in zip(eqns, jaxpr.eqns))
+        done = jaxpr.replace(eqns=eqns) if changed else jaxpr
+        memo[id(jaxpr)] = done
     return done
 
 
