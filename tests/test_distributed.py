@@ -1,8 +1,8 @@
 """Solves across two processes (`jax.distributed` on 127.0.0.1, CPU collectives
 over gloo, 4 host devices each): CG, GMRES, `batch_solve` and `lxd.jit` + Auto on
 a row-sharded operator (a matrix, and a matrix-free one holding the matrix in a
-closure cell), on meshes with Explicit and with Auto axes, equal the one-process
-solve on every process."""
+closure cell), on meshes with Explicit and with Auto axes (on the Explicit one also
+with no mesh set), equal the one-process solve on every process."""
 
 import os
 import socket
@@ -80,6 +80,18 @@ for kind in (AxisType.Explicit, AxisType.Auto):
       print(pid, kind, operator, "lxd.jit + Auto, n=128, err", err, flush=True)
       assert err < 1e-10, (kind, operator, err)
       done += 1
+# The same on the Explicit mesh with no mesh set (a fresh `lxd.jit` function, so
+# that the program is traced there).
+mesh = jax.make_mesh((8,), ("x",))
+put = lambda x, spec: jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda i: x[i])
+a, b = put(a_np, P("x")), put(b_np, P("x"))
+g = lxd.jit(solve, static_argnums=2)
+for operator in ("matrix", "closure cell"):
+  full = multihost_utils.process_allgather(g(a, b, operator), tiled=True)
+  err = np.abs(np.asarray(full) - exp).max()
+  print(pid, "no mesh set", operator, "lxd.jit + Auto, n=128, err", err, flush=True)
+  assert err < 1e-10, (operator, err)
+  done += 1
 print(pid, "OK", len(out) + done, flush=True)
 """
 
@@ -117,4 +129,4 @@ def test_two_processes_solve_as_one():
             if w.poll() is None:
                 w.kill()
     for i, (code, out, err) in enumerate(outputs):
-        assert code == 0 and f"{i} OK 12" in out, out + err[-3000:]
+        assert code == 0 and f"{i} OK 14" in out, out + err[-3000:]
