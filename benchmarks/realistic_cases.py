@@ -138,27 +138,29 @@ def _shifted_normal(weights, x):
 def implicit_cg(scale: float):
     n = _size(512, scale)
     fn = eqx.Partial(_shifted_normal, _dense_chain(n, 8, 2))
-    solver = lxd.CG(rtol=1e-5, atol=1e-5)
+    return fn, n, True, _solves(lxd.CG(rtol=1e-5, atol=1e-5), 3)
+
+
+def _solves(solver, steps: int) -> Callable:
+    """The program of `steps` dependent solves `x <- A^{-1} x` with `solver`."""
 
     def program(op, x):
-        for _ in range(3):
+        for _ in range(steps):
             x = lx.linear_solve(op, x, solver).value
         return x
 
-    return fn, n, True, program
+    return program
+
+
+def _implicit_heat(s: int, seed: int):
+    """`I + 4 A` of the 2-D stencil on an `s x s` grid, and its size."""
+    stencil, n = _stencil_2d(s, seed)
+    return eqx.Partial(lambda c, x: x + 4.0 * stencil(x), None), n
 
 
 def heat_lineax_cg(scale: float):
-    stencil, n = _stencil_2d(_size(32, scale), 3)
-    fn = eqx.Partial(lambda c, x: x + 4.0 * stencil(x), None)
-    solver = lx.CG(rtol=1e-5, atol=1e-5)
-
-    def program(op, x):
-        for _ in range(4):
-            x = lx.linear_solve(op, x, solver).value
-        return x
-
-    return fn, n, True, program
+    fn, n = _implicit_heat(_size(32, scale), 3)
+    return fn, n, True, _solves(lx.CG(rtol=1e-5, atol=1e-5), 4)
 
 
 def arnoldi(scale: float):
@@ -263,16 +265,8 @@ def rk2_small_stencil(scale: float):
 
 
 def implicit_stencil_large(scale: float):
-    stencil, n = _stencil_2d(_size(96, scale), 10)
-    fn = eqx.Partial(lambda c, x: x + 4.0 * stencil(x), None)
-    solver = lxd.CG(rtol=1e-5, atol=1e-5)
-
-    def program(op, x):
-        for _ in range(2):
-            x = lx.linear_solve(op, x, solver).value
-        return x
-
-    return fn, n, True, program
+    fn, n = _implicit_heat(_size(96, scale), 10)
+    return fn, n, True, _solves(lxd.CG(rtol=1e-5, atol=1e-5), 2)
 
 
 PROGRAMS: dict[str, Callable] = {
