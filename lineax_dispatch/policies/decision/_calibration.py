@@ -5,7 +5,7 @@ by a few micro-measurements taken at first use and cached per machine.
 compiles twice as fast, or reads memory at half the rate, moves every break-even
 point of the decision rule. At the first decision of `Auto` (or `AutoSolver`)
 with no cost model of the user's, `machine_cost_model` times seven small programs
-(about a second in all on a CPU): a compile, a matrix-matrix product, a matrix-vector
+(about two seconds in all on a 2-core CPU): a compile, a matrix-matrix product, a matrix-vector
 product over a matrix larger than the cache and one within it, the steps of a
 small loop, and the compile times of one more copy of a small Krylov loop and of
 one more batched product. Each constant that measures the same thing is scaled by the ratio

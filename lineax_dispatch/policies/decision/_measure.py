@@ -38,7 +38,7 @@ def _compile_once(small: np.ndarray, tag: float):
 
 def measure() -> dict[str, float]:
     """Times the seven micro-programs on the default device (the best of a few
-    runs each; about a second in all on a 2-core CPU).
+    runs each; about two seconds in all on a 2-core CPU).
 
     **Returns:**
 
