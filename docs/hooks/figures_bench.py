@@ -1,0 +1,244 @@
+"""The figures of the benchmarks run on a CPU and on a TPU, registered by name in
+`figure_core.FIGURES` (see `figures.py`)."""
+
+import functools
+import statistics
+
+from figure_core import figure, load, span, x
+
+
+def _callsites(file: str, variant: str, k: str = "16") -> str:
+    return x(load(file)["ratios"][variant]["vs_own_first_k"][k])
+
+
+for _variant, _key in (
+    ("lineax", "lineax"),
+    ("Lazy", "lazy"),
+    ("Outline", "outline"),
+    ("Materialise(128)", "materialise"),
+):
+    figure(f"callsites.{_key}_16", "callsites")(
+        functools.partial(_callsites, "callsites", _variant)
+    )
+    figure(f"callsites64.{_key}_16", "callsites-64-layers/callsites")(
+        functools.partial(_callsites, "callsites-64-layers/callsites", _variant)
+    )
+
+
+def _program(case: str, pattern: str, variant: str, key: str = "compile_vs_k1"):
+    return x(load("program")["results"][case][pattern][f"{variant} k=16"][key])
+
+
+_CASES = {"1024": "32 layers, n=1024", "256": "24 layers, n=256"}
+for _n, _case in _CASES.items():
+    for _pattern in ("independent", "dependent"):
+        for _variant, _key in (
+            ("lxd.jit + Auto", "auto"),
+            ("lxd.jit + Roll", "roll"),
+            ("lineax", "lineax"),
+            ("by hand (lineax)", "by_hand"),
+        ):
+            figure(f"program.{_n}.{_pattern}.{_key}", "program")(
+                functools.partial(_program, _case, _pattern, _variant)
+            )
+        figure(f"program.{_n}.{_pattern}.auto_run", "program")(
+            functools.partial(
+                _program, _case, _pattern, "lxd.jit + Auto", "run_per_mv_vs_lineax"
+            )
+        )
+
+
+@figure("program.nested.lxd", "program")
+def _nested_lxd():
+    return x(load("program")["results"]["nested jit"]["lxd.jit k=16"]["compile_vs_k1"])
+
+
+@figure("program.nested.jax", "program")
+def _nested_jax():
+    return x(load("program")["results"]["nested jit"]["jax.jit k=16"]["compile_vs_k1"])
+
+
+def _solver(solver: str, key: str) -> str:
+    r = load("solvers")["results"][solver]
+    if key == "copies":
+        per_mv = 2 * r["layers"]
+        lin, ours = r["lineax"]["matmuls_in_hlo"], r["ours"]["matmuls_in_hlo"]
+        return f"{ours / per_mv:g} against {lin / per_mv:g}"
+    return x(r[key])
+
+
+for _solver_name in ("cg", "bicgstab"):
+    for _key, _field in (
+        ("compile", "compile_ratio_ours_over_lineax"),
+        ("step", "run_per_step_ratio_ours_over_lineax"),
+        ("copies", "copies"),
+    ):
+        figure(f"solvers.{_solver_name}.{_key}", "solvers")(
+            functools.partial(_solver, _solver_name, _field)
+        )
+
+
+@figure("solvers_others.compile", "solvers-others/solvers")
+def _others_compile():
+    rs = load("solvers-others/solvers")["results"].values()
+    return span([r["compile_ratio_ours_over_lineax"] for r in rs])
+
+
+@figure("solvers_others.step", "solvers-others/solvers")
+def _others_step():
+    rs = load("solvers-others/solvers")["results"].values()
+    return span([r["run_per_step_ratio_ours_over_lineax"] for r in rs])
+
+
+def _auto(file: str, runs: str, key: str) -> str:
+    return x(load(file)["summary"][runs][key])
+
+
+for _runs in ("1", "100"):
+    for _key, _field in (
+        ("median", "median_auto_over_best"),
+        ("worst", "worst_auto_over_best"),
+        ("median_paired", "median_auto_over_best_paired"),
+        ("lineax_best", "worst_auto_over_lineax_where_lineax_best"),
+        ("lineax_best_paired", "worst_auto_over_lineax_where_lineax_best_paired"),
+        ("lineax_median", "median_lineax_over_best"),
+    ):
+        figure(f"auto.{_runs}.{_key}", "auto")(
+            functools.partial(_auto, "auto", _runs, _field)
+        )
+
+
+@figure("auto.cases", "auto")
+def _auto_cases():
+    return str(load("auto")["summary"]["1"]["cases"])
+
+
+def _families(file: str, half: str, runs: str, key: str) -> str:
+    return x(load(file)["summary"][half][runs][key])
+
+
+for _file, _prefix, _halves in (
+    ("families-held-out/families", "held_out", ("held_out",)),
+    ("families", "families", ("fit", "held_out")),
+):
+    for _half in _halves:
+        for _runs in ("1", "100"):
+            for _key in ("median", "worst"):
+                figure(f"{_prefix}.{_half}.{_runs}.{_key}", _file)(
+                    functools.partial(_families, _file, _half, _runs, _key)
+                )
+
+
+def _fixed(file: str, variant: str, key: str) -> str:
+    r = load(file)["results"][variant]
+    if key == "quartiles":
+        return span(r["ratio_quartiles"], 3, "")
+    return x(r["ratio_median"], 3)
+
+
+for _file in ("fixed_cost", "fixed_cost-newton", "fixed_cost-loop", "tpu/fixed_cost"):
+    for _variant, _key in (
+        ("lxd.jit + ours", "ours"),
+        ("lxd.jit + lx.CG", "lineax_solver"),
+        ("jax.jit + ours", "jax_jit_ours"),
+    ):
+        _name = _file.replace("tpu/", "tpu_").replace("-", "_")
+        figure(f"{_name}.{_key}", _file)(
+            functools.partial(_fixed, _file, _variant, "median")
+        )
+        figure(f"{_name}.{_key}_quartiles", _file)(
+            functools.partial(_fixed, _file, _variant, "quartiles")
+        )
+
+
+def _steady(variant: str) -> str:
+    return span([c["run_ratio"][variant] for c in load("steady")["cases"]])
+
+
+figure("steady.inline", "steady")(functools.partial(_steady, "ours inline"))
+figure("steady.inline_jit", "steady")(
+    functools.partial(_steady, "ours inline, lxd.jit")
+)
+figure("steady.default", "steady")(functools.partial(_steady, "ours"))
+
+
+def _batch_dense(key: str, digits: int) -> str:
+    row = max(load("batch")["dense"], key=lambda r: r["batch"])
+    return x(row[key], digits)
+
+
+figure("batch.loop", "batch")(
+    functools.partial(_batch_dense, "loop_over_batch_solve", 0)
+)
+figure("batch.limit", "batch")(
+    functools.partial(_batch_dense, "batch_solve_over_limit", 2)
+)
+
+
+@figure("batch.rhs", "batch")
+def _batch_rhs():
+    return str(max(r["batch"] for r in load("batch")["dense"]))
+
+
+@figure("batch.n", "batch")
+def _batch_n():
+    return str(load("batch")["config"]["dense_n"])
+
+
+def _dispatch(variants: tuple[str, ...]) -> str:
+    us = [row[v]["us"] for row in load("dispatch")["rows"] for v in variants]
+    return span(us, 1, " us")
+
+
+figure("dispatch.lxd", "dispatch")(
+    functools.partial(_dispatch, ("lxd.jit + ours (Auto)", "lxd.jit + lineax"))
+)
+figure("dispatch.jax", "dispatch")(
+    functools.partial(_dispatch, ("jax.jit + lineax", "jax.jit + ours (Lazy)"))
+)
+figure("dispatch.eqx", "dispatch")(
+    functools.partial(_dispatch, ("eqx.filter_jit + lineax",))
+)
+
+
+def _demo(key: str) -> str:
+    grid = load("demo")["grids"]["64"]
+    ours, default = grid["lxd.AutoSolver"], grid["optimistix default"]
+    if key == "speedup":
+        return f"{default['run_s'] / ours['run_s']:.0f}x"
+    return f"1/{default['peak_bytes'] / ours['peak_bytes']:.0f}"
+
+
+figure("demo.speedup_64", "demo")(functools.partial(_demo, "speedup"))
+figure("demo.memory_64", "demo")(functools.partial(_demo, "memory"))
+
+
+@figure("tpu.parity_ok", "tpu/accelerator")
+def _parity_ok():
+    return str(load("tpu/accelerator")["parity"]["counts"]["ok"])
+
+
+@figure("tpu.parity_fail", "tpu/accelerator")
+def _parity_fail():
+    return str(load("tpu/accelerator")["parity"]["counts"]["FAIL"])
+
+
+def _realistic_auto(file: str, key: str) -> str:
+    rows = load(file)["results"].values()
+    if key == "run_max":
+        return x(max(r["Auto"]["run_ratio"] for r in rows))
+    first = [r["Auto"]["first_call_speedup"] for r in rows]
+    if key == "first_median":
+        return x(statistics.median(first))
+    return span(first)
+
+
+for _key in ("first_median", "first_span", "run_max"):
+    figure(f"tpu_realistic.{_key}", "tpu/realistic-12-programs")(
+        functools.partial(_realistic_auto, "tpu/realistic-12-programs", _key)
+    )
+
+
+@figure("tpu_realistic.programs", "tpu/realistic-12-programs")
+def _realistic_programs():
+    return str(len(load("tpu/realistic-12-programs")["results"]))
