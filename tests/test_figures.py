@@ -136,13 +136,6 @@ NOT_YET = {
     "benchmarks.md",
     "benchmarks_auto.md",
     "benchmarks_programs.md",
-    "concepts.md",
-    "design.md",
-    "design_auto.md",
-    "design_program.md",
-    "design_solvers.md",
-    "faq.md",
-    "preconditioners.md",
 }
 
 

@@ -242,3 +242,27 @@ for _key in ("first_median", "first_span", "run_max"):
 @figure("tpu_realistic.programs", "tpu/realistic-12-programs")
 def _realistic_programs():
     return str(len(load("tpu/realistic-12-programs")["results"]))
+
+
+@figure("auto.lineax_worst", "auto")
+def _auto_lineax_worst():
+    cases = load("auto")["cases"]
+    return x(
+        max(c["scores"][r]["lineax_over_best"] for c in cases for r in ("1", "100")), 1
+    )
+
+
+def _spread(span_: float, key: str) -> str:
+    row = next(r for r in load("preconditioners")["spread"] if r["span"] == span_)
+    return f"{row['diagonal_spread']:.1f}" if key == "spread" else str(row[key])
+
+
+for _span, _label in ((1.0, "1"), (10.0, "10")):
+    for _key, _field in (
+        ("plain", "plain_steps"),
+        ("jacobi", "jacobi_steps"),
+        ("spread", "spread"),
+    ):
+        figure(f"precond.spread_{_label}.{_key}", "preconditioners")(
+            functools.partial(_spread, _span, _field)
+        )
