@@ -189,16 +189,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # issue 57: to break
     frozenset(
         {
-            "lineax_dispatch.operators._base",
-            "lineax_dispatch.operators._composite",
-            "lineax_dispatch.operators._convert",
-            "lineax_dispatch.operators._explicit",
-            "lineax_dispatch.operators._function",
-        }
-    ),
-    # issue 57: to break
-    frozenset(
-        {
             "lineax_dispatch.solvers._cg_choice",
             "lineax_dispatch.solvers.one_site._cg",
             "lineax_dispatch.solvers.one_site._cg_inline",

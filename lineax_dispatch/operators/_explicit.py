@@ -9,7 +9,7 @@ import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree, Shaped
 
 from ..policies import AbstractPolicy
-from ._base import AbstractDispatchOperator
+from ._dispatch_operator import AbstractDispatchOperator, rebuild
 from ._sharding import matrix_vector_shardings, sharded_matvec
 
 
@@ -230,3 +230,37 @@ class IdentityLinearOperator(AbstractDispatchOperator, lx.IdentityLinearOperator
             output_structure = input_structure
         lx.IdentityLinearOperator.__init__(self, input_structure, output_structure)
         self._set_policy(policy)
+
+
+@rebuild.register(lx.MatrixLinearOperator)
+def _(operator, policy, child):
+    return MatrixLinearOperator(operator.matrix, operator.tags, policy=policy)
+
+
+@rebuild.register(lx.PyTreeLinearOperator)
+def _(operator, policy, child):
+    return PyTreeLinearOperator(
+        operator.pytree, operator.out_structure(), operator.tags, policy=policy
+    )
+
+
+@rebuild.register(lx.DiagonalLinearOperator)
+def _(operator, policy, child):
+    return DiagonalLinearOperator(operator.diagonal, policy=policy)
+
+
+@rebuild.register(lx.TridiagonalLinearOperator)
+def _(operator, policy, child):
+    return TridiagonalLinearOperator(
+        operator.diagonal,
+        operator.lower_diagonal,
+        operator.upper_diagonal,
+        policy=policy,
+    )
+
+
+@rebuild.register(lx.IdentityLinearOperator)
+def _(operator, policy, child):
+    return IdentityLinearOperator(
+        operator.in_structure(), operator.out_structure(), policy=policy
+    )

@@ -10,9 +10,9 @@ import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from ..policies import AbstractPolicy
-from ._base import AbstractDispatchOperator
+from ._dispatch_operator import AbstractDispatchOperator, rebuild
 from ._sharding import as_stated
-from ._structure import flat_structure, FlatStructure, recorded_output_structure
+from ._vector_structure import flat_structure, FlatStructure, recorded_output_structure
 
 
 class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator):
@@ -167,3 +167,27 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         A PyTree matching `self.out_structure()`.
         """
         return as_stated(super().raw_mv(vector), self.out_structure())
+
+
+@rebuild.register(lx.FunctionLinearOperator)
+def _(operator, policy, child):
+    return FunctionLinearOperator(
+        operator.fn,
+        operator.in_structure(),
+        operator.tags,
+        closure_convert=False,
+        policy=policy,
+    )
+
+
+@rebuild.register(lx.JacobianLinearOperator)
+def _(operator, policy, child):
+    return JacobianLinearOperator(
+        operator.fn,
+        operator.x,
+        operator.args,
+        operator.tags,
+        operator.jac,
+        closure_convert=False,
+        policy=policy,
+    )

@@ -23,7 +23,7 @@ from ..operators._sharding import (
     sharded_structure,
     stack_sharding,
 )
-from ..operators._structure import promotes_to
+from ..operators._vector_structure import promotes_to
 from ..policies import (
     AbstractPolicy,
     Auto,

@@ -10,7 +10,7 @@ import pytest
 
 import lineax_dispatch as lxd
 from lineax_dispatch._compat import XLA_OUTLINE
-from lineax_dispatch.operators import _base
+from lineax_dispatch.operators import _dispatch_operator as _base
 
 
 _POLICIES = [lxd.Lazy(), lxd.Auto(), lxd.Roll(), lxd.Outline()]

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float, PyTree, Shaped
 
 from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ...operators._sharding import explicit_sharding, replicated_like, stacked_like
-from ...operators._structure import structures_match
+from ...operators._vector_structure import structures_match
 from ...policies._memory import promoted_dtype, structure_size
 from ...policies.calls._session import user_code
 

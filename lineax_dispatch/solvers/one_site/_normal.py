@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ...operators._structure import structures_match
+from ...operators._vector_structure import structures_match
 from ...policies.calls._session import own_code
 from ._base import AbstractOneSiteSolver
 from ._flat import (

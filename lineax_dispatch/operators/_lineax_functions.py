@@ -49,8 +49,7 @@ from ..policies._memory import (
     itemsize,
     policy_in_force,
 )
-from ._base import AbstractDispatchOperator, holds_entries
-from ._convert import adopt
+from ._dispatch_operator import AbstractDispatchOperator, adopt, holds_entries
 from ._sharding import sharded_structure
 
 

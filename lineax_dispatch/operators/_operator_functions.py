@@ -7,8 +7,7 @@ from jaxtyping import Array, Shaped
 
 from ..policies import AbstractPolicy, default_policy
 from ..policies._memory import check_dense_budget
-from ._base import AbstractDispatchOperator, holds_entries
-from ._convert import adopt
+from ._dispatch_operator import AbstractDispatchOperator, adopt, holds_entries
 from ._function import FunctionLinearOperator, JacobianLinearOperator
 
 
