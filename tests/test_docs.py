@@ -141,7 +141,12 @@ def test_docs_build_strict(tmp_path):
     # The benchmarks pages show every plot in benchmarks/results/.
     page = "".join(
         (site / name / "index.html").read_text()
-        for name in ("benchmarks", "benchmarks_auto", "benchmarks_programs")
+        for name in (
+            "benchmarks",
+            "benchmarks_auto",
+            "benchmarks_programs",
+            "benchmarks_tpu",
+        )
     )
     for png in RESULTS.rglob("*.png"):
         uri = f"benchmark-results/{png.relative_to(RESULTS).as_posix()}"

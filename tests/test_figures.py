@@ -130,19 +130,8 @@ def test_every_placeholder_names_a_figure():
     assert not unknown, f"no such figure in docs/hooks/figures.py: {unknown}"
 
 
-# Pages whose figures are still typed by hand (being rewritten).
-NOT_YET = {
-    "accelerators.md",
-    "benchmarks.md",
-    "benchmarks_auto.md",
-    "benchmarks_programs.md",
-}
-
-
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_no_hand_typed_figure_or_history(page):
-    if str(page.relative_to(DOCS)) in NOT_YET:
-        pytest.skip("not yet rewritten")
     text = page.read_text()
     prose = _prose(text)
     found = FIGURE.findall(prose)

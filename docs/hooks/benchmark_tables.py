@@ -131,7 +131,37 @@ def _auto(data: dict) -> str:
             )[:AUTO_WORST_SHOWN]
         ],
     )
-    return f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
+    out = f"{summary}\n\nThe cases where Auto is furthest from the best:\n\n{worst}"
+    if data.get("lineax_gaps"):
+        out += "\n\nWhere plain lineax is the best, each stage over plain lineax's:\n\n"
+        out += _lineax_gaps(data["lineax_gaps"])
+    return out
+
+
+def _lineax_gaps(gaps: list) -> str:
+    stages = list(gaps[0]["gap_ms"])
+    return _table(
+        (
+            "case",
+            "score",
+            "variant",
+            *(f"{s.removesuffix('_s').replace('_', ' ')} (ms)" for s in stages),
+            "over plain lineax, paired",
+            "its quartiles",
+        ),
+        [
+            (
+                g["case"],
+                f"{g['runs']} run(s)",
+                g["variant"],
+                *(f"{g['gap_ms'][s]:+.1f}" for s in stages),
+                f"{g['over_lineax_paired']:.3f}x",
+                " - ".join(f"{q:.2f}" for q in g.get("over_lineax_quartiles") or ())
+                or "-",
+            )
+            for g in gaps
+        ],
+    )
 
 
 def _paired_lineax(s: dict) -> str:

@@ -13,7 +13,7 @@
 A missing results file or one whose format is not understood logs a warning, so
 `mkdocs build --strict` fails rather than publishing an empty or stale table.
 
-The tables of each results file are in `benchmark_tables.py`, beside this file.
+The tables of each results file are in `benchmark_tables*.py`, beside this file.
 """
 
 import datetime
@@ -25,17 +25,27 @@ from pathlib import Path
 
 # A module beside this hook: MkDocs puts the hook's directory on `sys.path` while it
 # loads the hook.
-from benchmark_tables import _table, TABLES
+from benchmark_tables import _table, TABLES as CALLS_AND_SOLVERS
+from benchmark_tables_auto import TABLES as AUTO
+from benchmark_tables_programs import TABLES as PROGRAMS
 from mkdocs.structure.files import File
 
 
 log = logging.getLogger("mkdocs.hooks.benchmarks")
 
+TABLES = {**CALLS_AND_SOLVERS, **PROGRAMS, **AUTO}
+TABLES["callsites-dependent"] = TABLES["callsites"]
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 SITE_DIR = "benchmark-results"
 # The Benchmarks pages: the first holds the results that no page names.
-PAGES = ("benchmarks.md", "benchmarks_auto.md", "benchmarks_programs.md")
+PAGES = (
+    "benchmarks.md",
+    "benchmarks_auto.md",
+    "benchmarks_programs.md",
+    "benchmarks_tpu.md",
+)
 MARKER = re.compile(r"^<!-- bench (\S+) -->$", re.MULTILINE)
 ENV_KEYS = (
     "machine",
@@ -116,14 +126,13 @@ def _config(config: dict) -> str:
 
 
 def _section(name: str, page_dir: str, required: bool = True) -> str:
-    """Plot, environment, tables and configuration of `<name>.json`/`.png`; what
-    is missing is a warning when `required` (named on the page)."""
+    """Plot, environment, tables and configuration of `<name>.json`/`.png`; a
+    missing JSON file is a warning when `required` (named on the page)."""
     path, png = RESULTS / f"{name}.json", RESULTS / f"{name}.png"
     parts = []
+    # A results file written without matplotlib (an accelerator's) has no plot.
     if png.is_file():
         parts.append(f"![{name}]({page_dir}{SITE_DIR}/{name}.png)")
-    elif required:
-        log.warning(f"Benchmarks page: {png} is missing (run `make bench`).")
     if not path.is_file():
         if required:
             log.warning(f"Benchmarks page: {path} is missing (run `make bench`).")

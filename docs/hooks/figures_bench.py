@@ -266,3 +266,20 @@ for _span, _label in ((1.0, "1"), (10.0, "10")):
         figure(f"precond.spread_{_label}.{_key}", "preconditioners")(
             functools.partial(_spread, _span, _field)
         )
+
+
+def _margin(key: str) -> str:
+    return f"{load('tpu/realistic')['fitted_margins'][key]:.2f}"
+
+
+figure("tpu_margins.departure", "tpu/realistic")(
+    functools.partial(_margin, "departure_margin")
+)
+figure("tpu_margins.materialise", "tpu/realistic")(
+    functools.partial(_margin, "materialise_margin")
+)
+
+
+@figure("tpu.parity_cases", "tpu/parity")
+def _parity_cases():
+    return str(len(load("tpu/parity")["rows"]))

@@ -1,0 +1,213 @@
+"""The tables of the Benchmarks pages for how `Auto` chooses, on program families,
+on realistic programs and on an accelerator (see `benchmark_tables.py`): each
+results file's data as Markdown tables, in `TABLES` by the results file's name."""
+
+import statistics
+
+from benchmark_tables import _table
+
+
+FAMILIES_WORST_SHOWN = 4  # per score, the cells of `families` furthest from the best
+
+
+def _x(value: float, digits: int = 2) -> str:
+    return f"{value:.{digits}f}x"
+
+
+def regrets(data: dict, runs: str) -> dict[str, list[float]]:
+    """Per case of a `families` file, each score over the best measured one
+    (plain lineax among them): `Auto`'s, always `Lazy`'s, the best of ours."""
+    out = {"Auto": [], "always Lazy": [], "best of our policies": []}
+    for case in data["cases"]:
+        score = case["scores"][runs]
+        totals = {
+            k: v for k, v in score["totals"].items() if k not in ("Auto", "Auto1")
+        }
+        best = min(totals.values())
+        out["Auto"].append(score["auto_over_best"])
+        out["always Lazy"].append(totals["Lazy"] / best)
+        ours = [v for k, v in totals.items() if k != "lineax"]
+        out["best of our policies"].append(min(ours) / best)
+    return out
+
+
+def _families(data: dict) -> str:
+    halves = sorted({c.get("half", data["config"]["half"]) for c in data["cases"]})
+    rows = []
+    for runs in ("1", "100"):
+        r = regrets(data, runs)
+        rows.append(
+            (
+                f"compile + {runs} x run",
+                len(r["Auto"]),
+                *(f"{statistics.median(v):.3f} / {max(v):.3f}" for v in r.values()),
+            )
+        )
+    summary = _table(
+        ("score", "cases", "Auto: median / worst", "always `Lazy`", "best of ours"),
+        rows,
+    )
+    worst = _table(
+        ("score", "case", "best", "Auto chose", "Auto / best"),
+        [
+            (
+                f"{runs} run(s)",
+                case["label"],
+                case["scores"][runs]["best"],
+                case["scores"][runs]["auto_choice"],
+                f"{case['scores'][runs]['auto_over_best']:.3f}",
+            )
+            for runs in ("1", "100")
+            for case in sorted(
+                data["cases"], key=lambda c: -c["scores"][runs]["auto_over_best"]
+            )[:FAMILIES_WORST_SHOWN]
+        ],
+    )
+    return (
+        f"Each policy's score over the best measured one (plain lineax among "
+        f"them), half: {', '.join(halves)}:\n\n{summary}\n\nThe cells where Auto "
+        f"is furthest from the best:\n\n{worst}"
+    )
+
+
+def _replay(data: dict) -> str:
+    return _table(
+        ("score", "cells replayable", "choices changed", "predicted median / worst"),
+        [
+            (
+                f"compile + {runs} x run",
+                s["replayable"],
+                len(s["changed"]),
+                f"{_x(s['predicted_median'])} / {_x(s['predicted_worst'])} "
+                f"({s['predicted_worst_cell']})",
+            )
+            for runs, s in data["summary"].items()
+        ],
+    )
+
+
+def _cost_model_fit(data: dict) -> str:
+    rows = [
+        (
+            constants,
+            half,
+            f"compile + {runs} x run",
+            f"{r['median']:.3f} / {r['worst']:.3f}",
+        )
+        for constants, by_half in data["regrets"].items()
+        for half, by_runs in by_half.items()
+        for runs, r in by_runs.items()
+    ]
+    changed = ", ".join(
+        f"`{k}` x{v:g}" for k, v in data["multipliers"].items() if v != 1.0
+    )
+    return (
+        f"Multipliers of the constants the fit found: {changed or 'none'}. The "
+        "offline score of each set of constants' choices, median / worst regret:"
+        "\n\n" + _table(("constants", "half", "score", "median / worst"), rows)
+    )
+
+
+def _realistic(data: dict) -> str:
+    variants = [v for v in next(iter(data["results"].values())) if v != "half"]
+    variants.remove("lineax")
+    rows = []
+    for name, row in data["results"].items():
+        lin = row["lineax"]
+        decided = ", ".join(d["strategy"] for d in row["Auto"].get("decisions", []))
+        rows.append(
+            (
+                f"`{name}`",
+                row["half"].replace("_", "-"),
+                f"{lin['first_call_s']:.2f} s / {lin['run_s'] * 1e3:.2f} ms",
+                decided or "(solves only)",
+                *(
+                    f"{row[v]['first_call_speedup']:.2f}x / {row[v]['run_ratio']:.2f}x"
+                    for v in variants
+                ),
+            )
+        )
+    first = [row["Auto"]["first_call_speedup"] for row in data["results"].values()]
+    runs = [row["Auto"]["run_ratio"] for row in data["results"].values()]
+    margins = data["fitted_margins"]
+    return (
+        "Each cell: the first call's speedup over lineax's (`eqx.filter_jit` + "
+        "plain lineax operators; above 1 is faster), then the steady run over "
+        f"lineax's; the faster of {data['rounds']} round(s).\n\n"
+        + _table(
+            ("program", "half", "lineax first / run", "Auto decided", *variants),
+            rows,
+        )
+        + f"\n\nAuto's first call: median {_x(statistics.median(first))} "
+        f"({_x(min(first))} to {_x(max(first))}); its steady runs "
+        f"{_x(min(runs))} to {_x(max(runs))} of lineax's. Margins fitted on the "
+        f"fit half: departure {margins['departure_margin']:.2f}, materialise "
+        f"{margins['materialise_margin']:.2f}."
+    )
+
+
+def _accelerator(data: dict) -> str:
+    parity = data["parity"]
+    counts = _table(("verdict", "rows"), list(parity["counts"].items()))
+    kinds: dict[str, int] = {}
+    for why in parity["not_ok"].values():
+        key = why.split(":")[0]
+        kinds[key] = kinds.get(key, 0) + 1
+    benchmarks = _table(
+        ("benchmark", "exit status", "seconds"),
+        [
+            (name, b["exit_status"], f"{b['seconds']:.0f}")
+            for name, b in data["benchmarks"].items()
+        ],
+    )
+    return (
+        f"The parity zoo ({parity['seconds']:.0f} s):\n\n{counts}\n\nRows not `ok`, "
+        f"by cause: {', '.join(f'{k} ({n})' for k, n in kinds.items())}.\n\n"
+        f"The benchmarks it ran:\n\n{benchmarks}"
+    )
+
+
+def _parity(data: dict) -> str:
+    rows = [
+        (
+            r["id"],
+            r["result"],
+            f"{r['error']:.1e}" if r.get("error") is not None else "-",
+            f"{r['baseline_error']:.1e}"
+            if r.get("baseline_error") is not None
+            else "-",
+            r["verdict"],
+        )
+        for r in data["rows"]
+        if r["verdict"] not in ("ok", "refused")
+    ]
+    off = [
+        r
+        for r in data["rows"]
+        if r.get("error") and r.get("baseline_error", 0) > 100 * r["error"]
+    ]
+    worst = max(off, key=lambda r: r["baseline_error"], default=None)
+    tail = (
+        f"Rows where the baseline is more than 100 times further from the float64 "
+        f"reference than ours: {len(off)}; the furthest, `{worst['id']}`, "
+        f"{worst['baseline_error']:.1e} against ours {worst['error']:.1e}."
+        if worst
+        else "No row where the baseline is far off and ours is not."
+    )
+    return (
+        _table(("case", "result", "error", "baseline's error", "verdict"), rows)
+        + "\n\n"
+        + tail
+    )
+
+
+TABLES = {
+    "families": _families,
+    "families-adjoint": _families,
+    "replay": _replay,
+    "cost_model_fit": _cost_model_fit,
+    "realistic": _realistic,
+    "realistic-12-programs": _realistic,
+    "accelerator": _accelerator,
+    "parity": _parity,
+}
