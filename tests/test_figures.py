@@ -94,8 +94,9 @@ def test_readme_headline_table_is_its_results_files():
         "README.md's headline table differs from benchmarks/results/: run "
         "`python docs/hooks/figures.py` to write it again"
     )
+    # Each row names the backend its results file was measured on.
     for _, source, _, _ in figures.HEADLINES:
-        assert figures.backend(source) in ("CPU, 2 cores", figures.TPU_KIND), source
+        assert figures.backend(source) in table, source
 
 
 def test_readme_is_a_front_page():
