@@ -38,8 +38,8 @@ END = "<!-- end of headline figures -->"
 # (what is measured, the results file it is read from, result, command)
 HEADLINES = (
     (
-        "Compile time of 16 call sites over one: an operator of 32 dense "
-        "1024x1024 layers, `jax.jit`",
+        "Compile time of 16 call sites over one: an operator of "
+        "{callsites.operator}, `jax.jit`",
         "callsites",
         "plain lineax {callsites.lineax_16}, `Outline()` {callsites.outline_16}, "
         "`Materialise(128)` {callsites.materialise_16}",
@@ -55,8 +55,9 @@ HEADLINES = (
         "python -m benchmarks.program",
     ),
     (
-        "`lxd.CG` / `lxd.BiCGStab` over lineax's, an operator whose `mv` is 64 "
-        "matrix-vector products: compile; run per step; copies of `mv` compiled",
+        "`lxd.CG` / `lxd.BiCGStab` over lineax's, an operator whose `mv` is "
+        "{solvers.matvecs_per_mv} matrix-vector products: compile; run per step; "
+        "copies of `mv` compiled",
         "solvers",
         "{solvers.cg.compile} / {solvers.bicgstab.compile}; {solvers.cg.step} / "
         "{solvers.bicgstab.step}; {solvers.cg.copies}",
@@ -80,7 +81,7 @@ HEADLINES = (
     ),
     (
         "One cheap CG solve compiled and run once, `lxd.jit` + ours over "
-        "`jax.jit` + lineax, median (quartiles) of 21 rounds",
+        "`jax.jit` + lineax, median (quartiles) of {fixed_cost.rounds} rounds",
         "fixed_cost",
         "{fixed_cost.ours} ({fixed_cost.ours_quartiles})",
         "python -m benchmarks.fixed_cost",
@@ -101,7 +102,7 @@ HEADLINES = (
     ),
     (
         "{tpu_realistic.programs} user-written programs, first call of `lxd.jit` + "
-        "`Auto`: speedup over `jax.jit` + lineax, median (range)",
+        "`Auto`: speedup over `eqx.filter_jit` + lineax, median (range)",
         "tpu/realistic-12-programs",
         "{tpu_realistic.first_median} ({tpu_realistic.first_span})",
         "python -m benchmarks.realistic --rounds 1",

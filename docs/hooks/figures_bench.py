@@ -283,3 +283,20 @@ figure("tpu_margins.materialise", "tpu/realistic")(
 @figure("tpu.parity_cases", "tpu/parity")
 def _parity_cases():
     return str(len(load("tpu/parity")["rows"]))
+
+
+@figure("fixed_cost.rounds", "fixed_cost")
+def _fixed_rounds():
+    return str(load("fixed_cost")["settings"]["rounds"])
+
+
+@figure("solvers.matvecs_per_mv", "solvers")
+def _matvecs():
+    return str(load("solvers")["config"]["matvecs_per_mv"])
+
+
+@figure("callsites.operator", "callsites")
+def _callsites_operator():
+    config = load("callsites")["config"]
+    n = config["n"]
+    return f"{config['layers']} dense {n}x{n} layers"
