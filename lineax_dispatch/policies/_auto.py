@@ -1,6 +1,7 @@
 """The `Auto` policy: decides from the operator and the program it is used in."""
 
 import dataclasses
+import os
 from typing import Any
 
 import lineax as lx
@@ -22,6 +23,18 @@ from .decision._model import CostModel
 from .decision._observation import observe
 from .decision._records import Decision
 from .decision._unseen import decide_unseen
+
+
+# CPU cores a process needs for `Auto(race=None)` to race two compiles: one for
+# each compile and one for the program and everything else it runs meanwhile.
+RACE_CORES = 4
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class Auto(AbstractPolicy):
@@ -49,7 +62,11 @@ class Auto(AbstractPolicy):
         kind and signature.
 
     A decision depends only on the program being compiled, the operator, the
-    budget and the cost model: never on earlier calls.
+    budget and the cost model, never on earlier calls; with one exception where
+    `race` is on: under `lxd.jit`, where the estimates of `Roll` and `Lazy` for a
+    group of call sites are within the model's measured error of each other, both
+    programs are compiled at the first call, side by side, and the first to finish
+    runs (a measurement instead of a prediction).
 
     It is the default policy (`policy=lxd.Auto()` to set its budget, cost model or
     `runs`). See [`lineax_dispatch.explain`][] for the decisions and their
@@ -69,12 +86,14 @@ class Auto(AbstractPolicy):
     memory_budget: int | None = None
     cost_model: CostModel | None = None
     runs: float = 100.0
+    race: bool | None = None
 
     def __init__(
         self,
         memory_budget: int | float | str | None = None,
         cost_model: CostModel | None = None,
         runs: int | float = 100,
+        race: bool | None = None,
     ):
         """**Arguments:**
 
@@ -92,6 +111,13 @@ class Auto(AbstractPolicy):
         - `runs`: how many times a compiled program is expected to run: decisions
             minimise compile time plus `runs` times the run time. `100` by default;
             `1` for a program run once.
+        - `race`: whether `lxd.jit` may compile two programs of one signature side
+            by side at its first call and run the first compiled: the program as
+            decided and the one with an uncertain choice between `Roll` and `Lazy`
+            taken the other way (where the model's run estimates of the two are
+            within 10%). `None` (the default) races where this process may use at
+            least `RACE_CORES` CPU cores (the loser's compile runs on in the
+            background until it finishes).
         """
         self.memory_budget = optional_budget(memory_budget)
         if cost_model is not None and not isinstance(cost_model, CostModel):
@@ -101,6 +127,22 @@ class Auto(AbstractPolicy):
             )
         self.cost_model = cost_model
         self.runs = check_positive_real(runs, "Auto(runs=...)")
+        if race is not None and not isinstance(race, bool):
+            raise TypeError(
+                f"`race` of `lxd.Auto` must be True, False or None; got {race!r}."
+            )
+        self.race = race
+
+    def races(self) -> bool:
+        """Whether `lxd.jit` may race two compiles of a program for this policy's
+        uncertain choices (`race`, or where `None`, whether this process may use
+        at least `RACE_CORES` CPU cores).
+
+        **Returns:**
+
+        A bool.
+        """
+        return usable_cores() >= RACE_CORES if self.race is None else self.race
 
     def budget(self) -> int:
         """The memory budget in bytes: `memory_budget` if one was given, else half of

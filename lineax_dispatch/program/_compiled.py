@@ -2,7 +2,11 @@
 program (`Program`): the trace with its jaxpr rewritten, lowered and called as
 `jax.jit` would."""
 
-from collections.abc import Callable
+import contextvars
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
 import jax.extend.core as jex
@@ -36,8 +40,12 @@ class Compiled(NamedTuple):
 
     program: "Program"
     box: OutputBox
-    decisions: dict[Any, Decision]
     names: frozenset[str]
+
+    @property
+    def decisions(self) -> dict[Any, Decision]:
+        """The decisions of its program, per `Auto` operator kind."""
+        return self.program.decisions
 
 
 def _entry(closed: jex.ClosedJaxpr, consts: tuple, out_tree: Any) -> Callable:
@@ -67,35 +75,49 @@ class Program:
     **Arguments:**
 
     - `traced`: the user's function's `jax.stages.Traced`.
-    - `actions`: the actions to rewrite its program with (the rewrite is
-        deterministic: the same groups, rewritten the same way, for either kind of
-        loop).
+    - `plan`: the decide stage's plan: the actions to rewrite its program with
+        (the rewrite is deterministic: the same groups, rewritten the same way,
+        for either kind of loop), its decisions, and a contender plan where some
+        choices are raced (`Plan.contender`): at the first call outside a trace,
+        both programs are compiled side by side (`race`) and the first compiled is
+        kept.
     - `jit_kwargs`: the `jax.jit` arguments it is compiled with.
 
     **Attributes:**
 
-    - `jaxprs`: the forms rewritten so far, by kind of loop (`"while"`, `"scan"`).
+    - `plan`: the plan compiled: the decide stage's, or its contender where that
+        won the race.
+    - `jaxprs`: the forms of `plan` rewritten so far, by kind of loop (`"while"`,
+        `"scan"`).
     - `consts`: the values the function closes over from an enclosing trace.
+    - `race_seconds`: where a race was run, the seconds each plan's compile took
+        (`None` for the one not waited for).
     """
 
-    def __init__(self, traced: Any, actions: dict, jit_kwargs: dict[str, Any]):
+    def __init__(self, traced: Any, plan: Plan, jit_kwargs: dict[str, Any]):
         self._traced = traced
-        self._actions = actions
+        self.plan = plan
         self._jit_kwargs = jit_kwargs
         self.consts = traced_consts(traced)
         self.jaxprs: dict[str, jex.ClosedJaxpr] = {}
         self._compiled = None
         self._callbacks = True
         self._under_trace = None
+        self.race_seconds: tuple[float | None, float | None] | None = None
 
     def jaxpr(self, loop: str) -> jex.ClosedJaxpr:
         """The program with its rolled calls as `loop`s (`"while"` or `"scan"`):
         the traced program itself where nothing is rewritten."""
         closed = self.jaxprs.get(loop)
         if closed is None:
-            closed = rewrite_program(self._traced.jaxpr, self._actions, loop)
+            closed = rewrite_program(self._traced.jaxpr, self.plan.actions, loop)
             self.jaxprs[loop] = closed
         return closed
+
+    @property
+    def decisions(self) -> dict[Any, Decision]:
+        """The decisions of the plan compiled, per `Auto` operator kind."""
+        return self.plan.decisions
 
     @property
     def rewritten(self) -> bool:
@@ -107,11 +129,14 @@ class Program:
         return unpatched_jit()(entry, **self._jit_kwargs)
 
     def lower(self, *args, **kwargs):
-        if not self.rewritten:
+        return self._lower(self.jaxpr("while"), args, kwargs)
+
+    def _lower(self, closed: jex.ClosedJaxpr, args: tuple, kwargs: dict):
+        if closed is self._traced.jaxpr:
             return self._traced.lower()
-        spliced = with_jaxpr(self._traced, self.jaxpr("while"))
+        spliced = with_jaxpr(self._traced, closed)
         if spliced is None:  # pragma: no cover - JAX changed: trace it again
-            return self._jitted(self.jaxpr("while")).lower(*args, **kwargs)
+            return self._jitted(closed).lower(*args, **kwargs)
         return spliced.lower()
 
     def __call__(self, *args, **kwargs):
@@ -120,9 +145,35 @@ class Program:
                 self._under_trace = self._jitted(self.jaxpr("scan"))
             return self._under_trace(*args, **kwargs)
         if self._compiled is None:
-            self._compiled = self.lower(*args, **kwargs).compile()
+            if self.plan.contender is None:
+                self._compiled = self.lower(*args, **kwargs).compile()
+            else:
+                self._compiled = self._race(args, kwargs)
             self._callbacks = calls_back_to_host(self._compiled)
         return self._compiled(*args, **kwargs)
+
+    def _race(self, args: tuple, kwargs: dict) -> Any:
+        """Compiles the plan and its contender side by side (`race`) and keeps the
+        first compiled: its plan and its `"while"` form."""
+        plans = (self.plan, self.plan.contender)
+        assert plans[1] is not None
+        forms: dict[int, jex.ClosedJaxpr] = {}
+
+        def lowering(index: int) -> Callable[[], Any]:
+            def lower():
+                actions = plans[index].actions  # pyright: ignore[reportOptionalMemberAccess]
+                closed = rewrite_program(self._traced.jaxpr, actions, "while")
+                forms[index] = closed
+                return self._lower(closed, args, kwargs)
+
+            return lower
+
+        lowerings = [lowering(i) for i in (0, 1)]
+        penalties = [p.run_seconds for p in plans]  # pyright: ignore[reportOptionalMemberAccess]
+        winner, compiled, self.race_seconds = race(lowerings, penalties)
+        self.plan = _raced(plans, winner, self.race_seconds)
+        self.jaxprs = {"while": forms[winner]}
+        return compiled
 
     @property
     def executable(self) -> Any:
@@ -137,6 +188,91 @@ class Program:
         outlined call on jax < 0.11), so no run-time error for `lxd.jit` to wait
         for and raise as `equinox.filter_jit` does."""
         return self._compiled is not None and not self._callbacks
+
+
+def race(
+    lowerings: Sequence[Callable[[], Any]], penalties: Sequence[float]
+) -> tuple[int, Any, tuple]:
+    """Compiles programs side by side, each in a thread of its own (XLA compiles
+    without Python's lock), and returns the one of least seconds to compile (from
+    the race's start) plus its penalty (the estimated seconds of its runs): the
+    first compiled, unless another with a smaller penalty finishes within the
+    difference. Each is lowered here, in turn, and its compile started at once.
+    The others' compiles run on to their end in the background (a compile cannot
+    be stopped) and are dropped.
+
+    **Arguments:**
+
+    - `lowerings`: functions returning each program's `jax.stages.Lowered`.
+    - `penalties`: seconds added to each program's compile.
+
+    **Returns:**
+
+    `(index, compiled, seconds)`: the index of the program kept, its
+    `jax.stages.Compiled`, and each compile's seconds from the race's start
+    (`None` for those not finished by then). A program that fails to lower or
+    compile drops out; where all do, the first's error is raised.
+    """
+    start = time.perf_counter()
+    pool = ThreadPoolExecutor(max_workers=len(lowerings), thread_name_prefix="lxd-race")
+    pending: dict[Future, int] = {}
+    errors: dict[int, BaseException] = {}
+    try:
+        for index, lower in enumerate(lowerings):
+            try:
+                lowered = lower()
+            except Exception as error:  # noqa: BLE001 - the others may compile
+                errors[index] = error
+                continue
+            context = contextvars.copy_context()
+            pending[pool.submit(context.run, _compile, lowered)] = index
+    finally:
+        pool.shutdown(wait=False)
+    seconds: list[float | None] = [None] * len(lowerings)
+    best: tuple[float, int, Any] | None = None
+    while pending:
+        timeout = None
+        if best is not None:
+            least = min(penalties[i] for i in pending.values())
+            timeout = best[0] - least - (time.perf_counter() - start)
+            if timeout <= 0:
+                break
+        done, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        for future in done:
+            index = pending.pop(future)
+            if future.exception() is not None:
+                errors[index] = future.exception()  # pyright: ignore
+                continue
+            seconds[index] = time.perf_counter() - start
+            score = seconds[index] + penalties[index]
+            if best is None or score < best[0]:
+                best = (score, index, future.result())
+    if best is None:
+        raise errors[min(errors)]
+    return best[1], best[2], tuple(seconds)
+
+
+def _compile(lowered: Any) -> Any:
+    return lowered.compile()
+
+
+def _raced(plans: tuple[Plan, Plan], winner: int, seconds: tuple) -> Plan:
+    """The winning plan of a race, each of its raced decisions saying so."""
+    plan = plans[winner]
+    names = [{k: d.strategy for k, d in p.decisions.items()} for p in plans]
+    took = [f"{s:.3g} s" if s is not None else "not waited for" for s in seconds]
+    decisions = {}
+    for key, decision in plan.decisions.items():
+        other = names[1 - winner].get(key, decision.strategy)
+        if other != decision.strategy:
+            decision = decision.with_reason(
+                f"Raced at the first call: {decision.strategy} kept, compiled in "
+                f"{took[winner]} ({other}: {took[1 - winner]}; with the estimated "
+                f"runs {plans[winner].run_seconds:.3g} s against "
+                f"{plans[1 - winner].run_seconds:.3g} s)."
+            )
+        decisions[key] = decision
+    return dataclasses.replace(plan, decisions=decisions, contender=None)
 
 
 class Lowered:
@@ -213,7 +349,7 @@ def compile_program(
     traced again for the next, as `jax.jit` does.
     """
     traced = trace.traced
-    program = Program(traced, plan.actions, jit_kwargs)
+    program = Program(traced, plan, jit_kwargs)
     names = frozenset(trace.session.by_name())
-    compiled = Compiled(program, trace.box, plan.decisions, names)
+    compiled = Compiled(program, trace.box, names)
     return compiled, not any(is_tracer(c) for c in program.consts)

@@ -63,6 +63,8 @@ class Plan:
     actions: dict[Any, Action]
     autos: list[AutoGroup]
     decisions: dict[Any, Decision]
+    contender: "Plan | None" = None
+    run_seconds: float = 0.0
 
 
 def _restrict(
@@ -88,8 +90,9 @@ def decide_group(
     jaxpr: Any,
     arrays: int,
     transformation: str | None = None,
-) -> Decision:
-    """The decision for an `Auto` operator kind's call sites in a program.
+) -> tuple[Decision, Decision | None]:
+    """The decision for an `Auto` operator kind's call sites in a program, and its
+    contender (`contender`).
 
     **Arguments:**
 
@@ -106,7 +109,8 @@ def decide_group(
 
     **Returns:**
 
-    A [`lineax_dispatch.Decision`][].
+    `(decision, contender)`: [`lineax_dispatch.Decision`][]s, the contender `None`
+    where there is none.
     """
     operator = record.operator
     top_only = not group.nested
@@ -133,11 +137,12 @@ def decide_group(
         allowed.add("Roll")
     if transformation is not None:
         decision = _restrict(decision, allowed, model.margins())
-        return decision.with_reason(
+        decision = decision.with_reason(
             f"These calls are a transformation of its mv ({transformation}), "
             f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
             "matrix or an out-of-line call stands for the mv itself only)."
         )
+        return _with_contender(decision, rollable, model.margins(), policy)
     if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
     if not rollable and group.call_sites >= 2:
@@ -145,7 +150,67 @@ def decide_group(
         # calls, or between which a loop cannot carry a value): one out-of-line
         # `mv` for all of them.
         allowed.add("Outline")
-    return _restrict(decision, allowed, model.margins())
+    decision = _restrict(decision, allowed, model.margins())
+    return _with_contender(decision, rollable, model.margins(), policy)
+
+
+def contender(
+    decision: Decision, rollable: bool, margins: Mapping[str, float]
+) -> Decision | None:
+    """The other side of an uncertain choice between `Roll` and `Lazy`: `Lazy`
+    where `decision` is `Roll`, and `Roll` where it is `Lazy` and `Roll` is allowed
+    and estimated cheaper than `Lazy` by less than its margin (the model's
+    measured error). `None` otherwise (`Materialise` and `Outline` are not
+    raced).
+
+    **Arguments:**
+
+    - `decision`: the decision for a group of call sites.
+    - `rollable`: whether `Roll` can apply to them.
+    - `margins`: the model's margins (`CostModel.margins()`).
+
+    **Returns:**
+
+    A `Decision` of the other policy, or `None`.
+    """
+    found = {e.strategy: e for e in decision.estimates}
+    lazy, roll = found.get("Lazy"), found.get("Roll")
+    if not rollable or lazy is None or roll is None or roll.seconds is None:
+        return None
+    if decision.strategy not in ("Lazy", "Roll") or lazy.seconds is None:
+        return None
+    if lazy.run_seconds is None or roll.run_seconds is None:
+        return None
+    if decision.strategy == "Roll":
+        other = lazy.policy
+    elif roll.seconds < lazy.seconds * margins.get("Roll", 1.0):
+        other = roll.policy
+    else:
+        return None
+    name = type(other).__name__
+    return decision.with_reason(
+        f"{name}: the other side of an uncertain choice, raced against "
+        f"{decision.strategy}.",
+        other,
+        memory_needed=0,
+    )
+
+
+def _with_contender(
+    decision: Decision, rollable: bool, margins: Mapping[str, float], policy: Any
+) -> tuple[Decision, Decision | None]:
+    """`decision` and, where its policy races (`Auto.races`), its `contender`, with
+    the race said in its reasons."""
+    races = getattr(policy, "races", None)
+    other = contender(decision, rollable, margins) if races and races() else None
+    if other is None:
+        return decision, None
+    decision = decision.with_reason(
+        f"{decision.strategy}; raced against {other.strategy} at the first call "
+        "outside a trace: both compiled side by side, the first to finish runs "
+        "(measured, not estimated)."
+    )
+    return decision, other
 
 
 def mv_callee(record: AutoRecord, group: Group) -> Any:
@@ -181,6 +246,8 @@ def plan_program(closed: Any, active: Session) -> Plan:
     records = active.by_name()
     actions: dict[Any, Action] = {}
     autos: list[AutoGroup] = []
+    contenders: dict[Any, AutoGroup] = {}
+    auto_keys: list[Any] = []
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
         if record is not None:
@@ -191,18 +258,15 @@ def plan_program(closed: Any, active: Session) -> Plan:
             if not record.applies(group.callee):
                 how = transformation(record, group.callee)
             arrays = operator_arrays(record, group)
-            decision = decide_group(record, group, jaxpr, arrays, how)
+            decision, other = decide_group(record, group, jaxpr, arrays, how)
             sites = tuple(equation_site(e) for e in group.equations(jaxpr))
             autos.append(AutoGroup(record, group, decision, sites, how))
-            policy = decision.policy
-            if isinstance(policy, Roll):
-                actions[key] = Action("roll")
-            elif isinstance(policy, Materialise):
-                actions[key] = Action("materialise", policy.batch_size, arrays)
-            elif isinstance(policy, Outline):
-                actions[key] = Action("outline", arrays=arrays)
-            elif group.sites:
-                actions[key] = Action("inline")
+            auto_keys.append(key)
+            if other is not None:
+                contenders[key] = AutoGroup(record, group, other, sites, how)
+            action = _action(decision.policy, group, arrays)
+            if action is not None:
+                actions[key] = action
         elif len(group.sites) < 2:
             continue
         elif group.name == MARKED_NAME:
@@ -213,14 +277,53 @@ def plan_program(closed: Any, active: Session) -> Plan:
             # `mv`s are cheaper to compile again than to roll.
             if rolling_pays(group.callee, len(group.sites)):
                 actions[key] = Action("roll")
+    plan = Plan(actions, autos, _decisions(autos, active))
+    if not contenders:
+        return plan
+    other_actions = dict(actions)
+    for key, a in contenders.items():
+        action = _action(a.decision.policy, a.group, 0)
+        other_actions.pop(key, None)
+        if action is not None:
+            other_actions[key] = action
+    other_autos = [contenders.get(k, a) for k, a in zip(auto_keys, autos)]
+    other = Plan(other_actions, other_autos, _decisions(other_autos, active))
+    raced = [(autos[auto_keys.index(k)], a) for k, a in contenders.items()]
+    other.run_seconds = sum(_run_seconds(a) for _, a in raced)
+    run_seconds = sum(_run_seconds(a) for a, _ in raced)
+    return dataclasses.replace(plan, contender=other, run_seconds=run_seconds)
+
+
+def _run_seconds(a: AutoGroup) -> float:
+    """The estimated seconds of `runs` runs of `a`'s call sites with its decision."""
+    runs = a.record.operator.policy.runs
+    for e in a.decision.estimates:
+        if e.strategy == a.decision.strategy and e.run_seconds is not None:
+            return runs * e.run_seconds
+    return 0.0
+
+
+def _action(policy: Any, group: Group, arrays: int) -> Action | None:
+    """The action that applies `policy`, decided for `group`'s call sites."""
+    if isinstance(policy, Roll):
+        return Action("roll")
+    if isinstance(policy, Materialise):
+        return Action("materialise", policy.batch_size, arrays)
+    if isinstance(policy, Outline):
+        return Action("outline", arrays=arrays)
+    return Action("inline") if group.sites else None
+
+
+def _decisions(autos: list[AutoGroup], active: Session) -> dict[Any, Decision]:
+    """Every decision of the trace, keyed by operator kind: its solves', and its
+    call sites' (an operator kind met only in a transformation's calls: the
+    decision of its group of most call sites)."""
     decisions = {solve.key: solve.decision for solve in active.solves}
     decisions.update((a.record.key, a.decision) for a in autos if not a.transformation)
-    # An operator kind met only in a transformation's calls: the decision of its
-    # group of most call sites.
     transformed = [a for a in autos if a.transformation]
     for a in sorted(transformed, key=lambda a: -a.group.call_sites):
         decisions.setdefault(a.record.key, a.decision)
-    return Plan(actions, autos, decisions)
+    return decisions
 
 
 def _array_leaves(operator: Any) -> list[jax.ShapeDtypeStruct]:
