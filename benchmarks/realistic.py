@@ -59,6 +59,11 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
         times.append(time.perf_counter() - start)
     record = dict(first_call_s=first, run_s=statistics.median(times))
     if variant == "Auto":
+        # What was compiled: the decisions, each raced one with its race's outcome.
+        record["kept"] = [
+            dict(strategy=d.strategy, reason=d.reasons[-1])
+            for d in jitted.decisions(op, x).values()
+        ]
         report = lxd.explain(body, op, x)
         record["explain"] = str(report)
         record["decisions"] = [
@@ -103,6 +108,7 @@ def run(names, rounds: int, scale: float) -> dict:
             if "explain" in ok[0]:
                 entry["explain"] = ok[0]["explain"]
                 entry["decisions"] = ok[0]["decisions"]
+                entry["kept"] = [m["kept"] for m in ok]
             row[variant] = entry
         base = row.get("lineax", {})
         for variant in VARIANTS[1:]:
