@@ -27,12 +27,12 @@ from ..policies.decision._calibration import machine_cost_model
 from ..policies.decision._formulas import batched_compile, mv_compile, mv_run, read_rate
 from ..preconditioners import AbstractPattern
 from ..preconditioners._choice import preconditioner_choice
+from ._gmres import GMRES
+from ._minres import MINRES
 from ._policy_solver import hide_static, reveal_static
 from ._prepare import expected_iterations
-from .one_site._cg import CG
-from .one_site._gmres import GMRES
-from .one_site._lsmr import LSMR
-from .one_site._minres import MINRES
+from .cg import CG
+from .lsmr import LSMR
 
 
 class _DirectCost(eqx.Module):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lineax_dispatch.solvers.one_site._flat import binary_scale
+from lineax_dispatch.solvers.skeleton._flat_vectors import binary_scale
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex128])

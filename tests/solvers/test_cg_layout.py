@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.solvers.one_site._base import FUSED_TEST_BELOW
-from lineax_dispatch.solvers.one_site._flat import branch_select
-from lineax_dispatch.solvers.one_site._system import UPDATE_IN_COND
+from lineax_dispatch.solvers.skeleton._flat_vectors import branch_select
+from lineax_dispatch.solvers.skeleton._linear_system import UPDATE_IN_COND
+from lineax_dispatch.solvers.skeleton._one_site_solver import FUSED_TEST_BELOW
 
 
 _PSD = lx.positive_semidefinite_tag

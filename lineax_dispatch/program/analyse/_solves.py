@@ -18,7 +18,7 @@ from ...policies._pinned import _Unkeyed, carried_record, ChoiceRef
 from ...policies.calls._session import Session, SolverChoice, SolveRecord
 from ...policies.calls._sites import equation_site
 from ...policies.decision._cost import mv_cost
-from ...solvers._cg_choice import LayoutRef
+from ...solvers.cg._layout_choice import LayoutRef
 from ._groups import loop_trips
 
 

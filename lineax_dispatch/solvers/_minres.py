@@ -11,11 +11,16 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ..._validate import check_square
-from ._base import AbstractOneSiteSolver
-from ._cg_modes import CHECK_SLACK
-from ._flat import all_finite, binary_scale, dot, keep_linearise, two_norm
-from ._system import System
+from .._validate import check_square
+from .skeleton._flat_vectors import (
+    all_finite,
+    binary_scale,
+    dot,
+    keep_linearise,
+    two_norm,
+)
+from .skeleton._linear_system import System
+from .skeleton._one_site_solver import AbstractOneSiteSolver, CHECK_SLACK
 
 
 _MINRESState: TypeAlias = lx.AbstractLinearOperator

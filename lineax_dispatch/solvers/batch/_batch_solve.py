@@ -11,20 +11,20 @@ import jax.tree_util as jtu
 import lineax as lx
 from jaxtyping import Array, PyTree
 
-from .._precision import batched_products, default_precision
-from ..operators import (
+from ..._precision import batched_products, default_precision
+from ...operators import (
     AbstractDispatchOperator,
     materialise,
     MatrixLinearOperator,
     with_policy,
 )
-from ..operators._sharding import (
+from ...operators._sharding import (
     batch_as_structure,
     sharded_structure,
     stack_sharding,
 )
-from ..operators._vector_structure import promotes_to
-from ..policies import (
+from ...operators._vector_structure import promotes_to
+from ...policies import (
     AbstractPolicy,
     Auto,
     check_policy,
@@ -34,12 +34,12 @@ from ..policies import (
     Scan,
     VmapBatch,
 )
-from ..policies._at_precision import at_precision
-from ..policies._dense import check_batch_size
-from ..policies._memory import policy_in_force
-from ._auto_solver import AutoSolver
-from ._batch_chunks import as_mesh, sharded, with_progress
-from ._prepare import _single_array, _tags, expected_iterations
+from ...policies._at_precision import at_precision
+from ...policies._dense import check_batch_size
+from ...policies._memory import policy_in_force
+from .._auto_solver import AutoSolver
+from .._prepare import _single_array, _tags, expected_iterations
+from ._mesh_chunks import as_mesh, sharded, with_progress
 
 
 def check_vectors(

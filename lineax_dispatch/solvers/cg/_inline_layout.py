@@ -9,27 +9,19 @@ the step, taken at a refresh and wherever the updated residual passes the stoppi
 test (a check). The iterates, steps and results are the one-site loop's; only the
 passes differ, and the compile: two more copies of `mv`.
 
-`solvers/_cg_choice.py` weighs the two (`choose_layout`): the inline layout where
+`_layout_choice.py` weighs the two (`choose_layout`): the inline layout where
 `runs` solves save more passes than its copies of `mv` cost to compile."""
 
 import functools as ft
 from collections.abc import Callable
-from typing import Any, NamedTuple, TYPE_CHECKING
+from typing import Any, NamedTuple
 
 import equinox.internal as eqxi
 import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Inexact, Int
 
-from ._cg_modes import (
-    CONVERGED,
-    curvature_test,
-    failed_tests,
-    passed_true_test,
-    STAGNATED,
-    STEP,
-)
-from ._flat import (
+from ..skeleton._flat_vectors import (
     both,
     branch_select,
     constant,
@@ -39,15 +31,16 @@ from ._flat import (
     real_part,
     select,
 )
-from ._system import System
-
-
-if TYPE_CHECKING:
-    from ._cg import CG
-
-
-LAYOUTS = ("auto", "one_site", "inline")
-UPDATES = ("auto", "select", "cond")
+from ..skeleton._linear_system import System
+from ._loop_rules import (
+    CGSettings,
+    CONVERGED,
+    curvature_test,
+    failed_tests,
+    passed_true_test,
+    STAGNATED,
+    STEP,
+)
 
 
 class InlineLoop(NamedTuple):
@@ -94,7 +87,7 @@ def _updated(
 class _Inline(NamedTuple):
     """What every step of the inline loop reads besides its state."""
 
-    solver: "CG"
+    solver: CGSettings
     system: System
     precond: Callable[[Array], Array]
     rcond: Any
@@ -201,7 +194,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
 
 
 def inline_solve(
-    solver: "CG",
+    solver: CGSettings,
     system: System,
     precond: Callable[[Array], Array],
     y0: Array,

@@ -7,10 +7,9 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ...operators._vector_structure import structures_match
-from ...policies.calls._session import own_code
-from ._base import AbstractOneSiteSolver
-from ._flat import (
+from ..operators._vector_structure import structures_match
+from ..policies.calls._session import own_code
+from .skeleton._flat_vectors import (
     conj_options,
     flat_mv,
     keep_conj,
@@ -18,7 +17,8 @@ from ._flat import (
     structure_mesh,
     transpose_options,
 )
-from ._system import flatteners, rhs_unit, System
+from .skeleton._linear_system import flatteners, rhs_unit, System
+from .skeleton._one_site_solver import AbstractOneSiteSolver
 
 
 _NormalState: TypeAlias = Any

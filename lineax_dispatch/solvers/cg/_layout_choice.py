@@ -1,35 +1,32 @@
 """What `lxd.CG` decides for a solve, in its `init`, with `layout="auto"` and
 `residual_update="auto"`: its layout (`choose_layout`: the one-site loop or the
-inline layout of `one_site/_cg_inline.py`) and how its loop updates the residual
+inline layout of `_inline_layout.py`) and how its loop updates the residual
 (`choose_update`: one expression, or a `lax.cond` on `A p` as computed), from the
 cost model, the operator's expected runs and the cost of its `mv`."""
 
 import math
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import jax.tree_util as jtu
 import lineax as lx
 
-from .._compat import is_tracer
-from ..operators import AbstractDispatchOperator
-from ..policies import Auto, CostModel, machine_cost_model, mv_cost, observe
-from ..policies._dense import EXPLICIT_OPERATORS
-from ..policies._memory import array_bytes, itemsize, vector_bytes
-from ..policies._pinned import _Unkeyed, ChoiceRef
-from ..policies.calls._keys import is_leaf_array, operator_key
-from ..policies.calls._session import (
+from ..._compat import is_tracer
+from ...operators import AbstractDispatchOperator
+from ...policies import Auto, CostModel, machine_cost_model, mv_cost, observe
+from ...policies._dense import EXPLICIT_OPERATORS
+from ...policies._memory import array_bytes, itemsize, vector_bytes
+from ...policies._pinned import _Unkeyed, ChoiceRef
+from ...policies.calls._keys import is_leaf_array, operator_key
+from ...policies.calls._session import (
     current_session,
     layout_hint,
     record_solver_choice,
 )
-from ..policies.calls._sites import user_site
-from ..policies.decision._formulas import mv_compile, mv_run, read_rate
-from ._prepare import expected_iterations
-from .one_site._system import UPDATE_IN_COND
-
-
-if TYPE_CHECKING:
-    from .one_site._cg import CG
+from ...policies.calls._sites import user_site
+from ...policies.decision._formulas import mv_compile, mv_run, read_rate
+from .._prepare import expected_iterations
+from ..skeleton._linear_system import UPDATE_IN_COND
+from ._loop_rules import CGSettings
 
 
 def _constant_bytes(operator: lx.AbstractLinearOperator) -> int:
@@ -86,7 +83,7 @@ class LayoutRef(_Unkeyed):
 
 
 def choose_layout(
-    solver: "CG",
+    solver: CGSettings,
     operator: lx.AbstractLinearOperator,
     prepared: lx.AbstractLinearOperator,
     preconditioner: lx.AbstractLinearOperator | None,
@@ -173,7 +170,7 @@ def _mv_run(operator: lx.AbstractLinearOperator, model: CostModel) -> float:
 
 
 def choose_update(
-    solver: "CG",
+    solver: CGSettings,
     operator: lx.AbstractLinearOperator,
     prepared: lx.AbstractLinearOperator,
     executions: float = 1.0,
@@ -184,8 +181,7 @@ def choose_update(
 
     From `UPDATE_IN_COND` unknowns on XLA:CPU fuses the operator's own
     elementwise operations into the expression and computes them a second time
-    there (1.41x and 1.81x lineax's run time on the 2-D stencil at 4096 and 16384
-    unknowns); the `lax.cond` avoids that but costs `CostModel.
+    there; the `lax.cond` avoids that but costs `CostModel.
     update_cond_compile` to compile. So `"cond"` where the runs (times
     `executions`) of the solve's expected steps, each costing about one more
     `mv`, take longer than that; below `UPDATE_IN_COND`, `"select"`.
@@ -215,7 +211,7 @@ def choose_update(
 
 
 def cg_choices(
-    solver: "CG",
+    solver: CGSettings,
     given: lx.AbstractLinearOperator,
     prepared: lx.AbstractLinearOperator,
     options: dict[str, Any],

@@ -10,10 +10,10 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Scalar
 from lineax.internal import max_norm
 
-from ..._validate import check_square
-from ._base import AbstractOneSiteSolver
-from ._flat import binary_scale, dot, keep_linearise
-from ._system import System
+from .._validate import check_square
+from .skeleton._flat_vectors import binary_scale, dot, keep_linearise
+from .skeleton._linear_system import System
+from .skeleton._one_site_solver import AbstractOneSiteSolver
 
 
 _BiCGStabState: TypeAlias = lx.AbstractLinearOperator

@@ -2,7 +2,7 @@
 
 Ported from lineax's LSMR, whose implementation is adapted from SciPy, under
 SciPy's BSD license: its copyright notice, conditions and disclaimer are in
-`SCIPY_LICENSE.txt` beside this file."""
+`SCIPY_LICENSE.txt` in this folder."""
 
 import functools as ft
 from collections.abc import Callable
@@ -18,9 +18,7 @@ from lineax.internal import two_norm
 
 from ...operators._sharding import explicit_sharding
 from ...policies.calls._session import own_code
-from .._results import finish_result
-from ._base import AbstractOneSiteSolver
-from ._flat import (
+from ..skeleton._flat_vectors import (
     binary_scale,
     flat_mv,
     Flattener,
@@ -30,8 +28,10 @@ from ._flat import (
     structure_mesh,
     two_norm as flat_two_norm,
 )
-from ._lsmr_loop import Loop, lsmr_step
-from ._system import plain_system, System
+from ..skeleton._linear_system import plain_system, System
+from ..skeleton._loop_results import finish_result
+from ..skeleton._one_site_solver import AbstractOneSiteSolver
+from ._lsmr_step import Loop, lsmr_step
 
 
 _LSMRState: TypeAlias = lx.AbstractLinearOperator

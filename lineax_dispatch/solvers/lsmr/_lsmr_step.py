@@ -2,7 +2,7 @@
 
 Ported from lineax's LSMR, whose implementation is adapted from SciPy, under
 SciPy's BSD license: its copyright notice, conditions and disclaimer are in
-`SCIPY_LICENSE.txt` beside this file."""
+`SCIPY_LICENSE.txt` in this folder."""
 
 from collections.abc import Callable
 from typing import NamedTuple

@@ -11,10 +11,16 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
-from ..._validate import check_square
-from ._base import AbstractOneSiteSolver
-from ._flat import keep_linearise, project, scaled_norm, stacked_zeros, two_norm
-from ._system import System
+from .._validate import check_square
+from .skeleton._flat_vectors import (
+    keep_linearise,
+    project,
+    scaled_norm,
+    stacked_zeros,
+    two_norm,
+)
+from .skeleton._linear_system import System
+from .skeleton._one_site_solver import AbstractOneSiteSolver
 
 
 _GMRESState: TypeAlias = lx.AbstractLinearOperator
@@ -187,8 +193,8 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         Arnoldi pass, as `s.pending` says.
 
         The two passes are the branches of a `lax.cond` (a select over the state
-        where `pending` is batched): XLA:CPU compiled a select over both passes'
-        states 10-50 ms slower than the `cond`, and ran it slower too."""
+        where `pending` is batched): XLA:CPU compiles a select over both passes'
+        states more slowly than the `cond`, and runs it more slowly too."""
         pending = s.pending
         # The one operator slot and the one preconditioner slot.
         x = jnp.where(pending, s.y, s.basis[s.j])

@@ -222,8 +222,8 @@ def constant(value: Any, like: Array) -> np.ndarray:
     """`value` as a NumPy constant of `like`'s dtype, for the `lax` functions a
     solver's loop calls on its scalars (`lax.gt`, `lax.mul`...: operands of one
     dtype, no promotion). Each operator of a traced array (`x > 0`, `a & b`) goes
-    through `jax.numpy`'s jitted function of it, about 20 us of tracing where the
-    `lax` function takes 8; a solver's loop is traced twice per solve (by the
+    through `jax.numpy`'s jitted function of it, slower to trace than the `lax`
+    function; a solver's loop is traced twice per solve (by the
     solve and by its lowering), and its scalar logic is most of its equations."""
     return np.asarray(value, like.dtype)
 

@@ -17,7 +17,14 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat import all_finite, binary_scale, flat_mv, Flattener, result_dtype, select
+from ._flat_vectors import (
+    all_finite,
+    binary_scale,
+    flat_mv,
+    Flattener,
+    result_dtype,
+    select,
+)
 
 
 # Below this many unknowns `System.updated_residual` is as fast without a `lax.cond`
@@ -80,11 +87,9 @@ class System(eqx.Module):
         there a `lax.cond` whose branches read `N x` (the `mv`'s output) as
         computed, `c - N x` or `r - coef N x`. As a select, XLA:CPU fuses the
         `mv`'s own operations into the update and computes them a second time
-        there. Measured by `python -m benchmarks.steady` (CG on a 2-D five-point
-        stencil, float32, 2 cores): at n = 4096 and 16384 a solve took 1.41x and
-        1.81x lineax's time with the select, 1.07x with the `cond`; at n = 1024
-        the select is as fast (0.91x). The `cond` costs 14-22 ms more compile
-        (CG's `residual_update` weighs the two: `solvers/_cg_choice.py`).
+        there, from `UPDATE_IN_COND` unknowns on; the `cond` costs more compile
+        (CG's `residual_update` weighs the two: `cg/_layout_choice.py`; the
+        figures are `python -m benchmarks.steady`'s).
         """
         rhs = self.rhs
         if self.split is None or rhs is None or not in_cond:
@@ -178,7 +183,7 @@ def flatteners(
     """The flatteners of `operator`'s input and output structures, in the dtype a
     solve of `operator y = vector` works in. Each structure is asked for once: a
     lineax `FunctionLinearOperator` looks its output structure up in a cache keyed
-    on its function, ~0.1 ms per ask."""
+    on its function, at a cost per ask."""
     in_structure, out_structure = operator.in_structure(), operator.out_structure()
     dtype = result_dtype(vector, in_structure, out_structure)
     return Flattener(in_structure, dtype), Flattener(out_structure, dtype)

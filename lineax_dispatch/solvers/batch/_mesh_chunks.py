@@ -12,7 +12,7 @@ import lineax as lx
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from .._explicit_axes import explicit_sharding
+from ..._explicit_axes import explicit_sharding
 
 
 def without_explicit_axes(x: Any) -> Any:

@@ -13,10 +13,22 @@ from jaxtyping import Array, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ..._validate import check_square
-from .._cg_choice import cg_choices
-from ._base import AbstractOneSiteSolver
-from ._cg_inline import inline_solve, InlineLoop, LAYOUTS, UPDATES
-from ._cg_modes import (
+from ..skeleton._flat_vectors import (
+    both,
+    conj_options,
+    constant,
+    keep_conj,
+    keep_linearise,
+    negated,
+    real_part,
+    select,
+    transpose_options,
+)
+from ..skeleton._linear_system import System, UPDATE_IN_COND
+from ..skeleton._one_site_solver import AbstractOneSiteSolver
+from ._inline_layout import inline_solve, InlineLoop
+from ._layout_choice import cg_choices
+from ._loop_rules import (
     continues,
     CONVERGED,
     CURVATURE_NEGATIVE,
@@ -29,18 +41,10 @@ from ._cg_modes import (
     STAGNATED,
     STEP,
 )
-from ._flat import (
-    both,
-    conj_options,
-    constant,
-    keep_conj,
-    keep_linearise,
-    negated,
-    real_part,
-    select,
-    transpose_options,
-)
-from ._system import System, UPDATE_IN_COND
+
+
+LAYOUTS = ("auto", "one_site", "inline")
+UPDATES = ("auto", "select", "cond")
 
 
 _CGState: TypeAlias = tuple[lx.AbstractLinearOperator, eqxi.Static, eqxi.Static]
@@ -379,7 +383,7 @@ CG.__init__.__doc__ = r"""**Arguments:**
 - `residual_update`: `"select"` (the update `r - alpha A p` as one expression),
     `"cond"` (in a `lax.cond` reading `A p` as computed: from 4096 unknowns XLA:CPU
     would otherwise compute the operator's elementwise operations a second time in
-    the update, but it costs 14-22 ms more compile) or `"auto"` (the default: the
+    the update, but it takes longer to compile) or `"auto"` (the default: the
     `cond` from 4096 unknowns where the solve's expected runs repay it).
 - `stagnation_iters`: how many failed tests of the true residual in a row,
     from the first failed check on, that do not halve it stop the solve with

@@ -1,7 +1,7 @@
-"""What CG's two loops (`_cg.py`, `_cg_inline.py`) share: the values of `mode`,
+"""What CG's two loops (`_cg.py`, `_inline_layout.py`) share: the values of `mode`,
 the step's curvature test (`curvature_test`) and the stagnation rule
 (`failed_tests`); and the one-site loop's choice of its next pass (`next_mode`).
-The scalar logic is written in `lax` functions (see `_flat.constant`).
+The scalar logic is written in `lax` functions (see `skeleton/_flat_vectors.constant`).
 
 The one-site loop's `mode` says what its next pass does: an ordinary step
 (`STEP`), a residual pass (`RESIDUAL`: the first and every refresh) or a check
@@ -12,17 +12,26 @@ that failed the test after a failed check had not halved since the failed test
 before (`stagnation`), or a true residual passed the test (converged). One value
 rather than flags and a code, the passes to come positive so that `mode > STEP`
 is the one comparison that says a pass is a residual pass: XLA:CPU compiles each
-scalar the loop computes apart as a kernel of its own, at 2-4 ms of compile
-each."""
+scalar the loop computes apart as a kernel of its own."""
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Inexact, Int
+from jaxtyping import Array, Bool, Inexact, Int, Scalar
 
-from ._flat import both, constant, dot, either, negated, real_part, select
+from ..skeleton._flat_vectors import (
+    both,
+    constant,
+    dot,
+    either,
+    negated,
+    real_part,
+    select,
+)
+from ..skeleton._linear_system import Residuals, System
+from ..skeleton._one_site_solver import CHECK_SLACK
 
 
 STEP, RESIDUAL, CHECK = np.int32(0), np.int32(1), np.int32(2)
@@ -35,14 +44,32 @@ CURVATURE_NEGATIVE, CURVATURE_ZERO, STAGNATED, CONVERGED = (
 # unless it is at most this fraction of that at the failed test before.
 CHECK_PROGRESS = 0.5
 
-# A check (the true residual after a step whose updated residual passed the test)
-# passes where the true residual is within this many times the tolerance: `b - A y`
-# computed in the dtype carries rounding of the tolerance's order where the
-# tolerance is near the dtype's precision (on a float32 system preconditioned by
-# its inverse, the true residual of lineax's solution measured 1.34 of the
-# tolerance as computed in float32, 0.72 exactly), and the updated residual,
-# within the tolerance, drifts from it by no more than that.
-CHECK_SLACK = 2.0
+
+class CGSettings(Protocol):
+    """What the inline loop and the choice of layout read of the solver running
+    them: `lxd.CG`'s settings, and the stopping test of its base class."""
+
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def stabilise_every(self) -> int | None: ...
+    @property
+    def stagnation_iters(self) -> int | None: ...
+    @property
+    def check_residual(self) -> bool: ...
+    @property
+    def layout(self) -> str: ...
+    @property
+    def residual_update(self) -> str: ...
+    @property
+    def has_scale(self) -> bool: ...
+    def in_cond(self, r: Array) -> bool: ...
+    def fused_test(self, size: int) -> bool: ...
+    def b_scale(self, b: Array) -> Array: ...
+    def test_measure(self, system: System, state: Residuals) -> Scalar: ...
+    def measure_and_dot(
+        self, system: System, state: Residuals, z: Array
+    ) -> tuple[Scalar, Scalar]: ...
 
 
 def failed_tests(
