@@ -32,10 +32,24 @@ from benchmarks.realistic_cases import HALF, operator, PROGRAMS
 
 FULL = dict(rounds=2, scale=1.0)
 QUICK = dict(rounds=1, scale=0.25)
-VARIANTS = ("lineax", "Auto", "Lazy", "Roll", "Materialise")
+# "Auto, no race": `Auto(race=False)`, measured where `Auto` races (see
+# `lxd.Auto.races`): the decisions without the race.
+NO_RACE = "Auto, no race"
+VARIANTS = ("lineax", "Auto", NO_RACE, "Lazy", "Roll", "Materialise")
 # Runs of a compiled program, as `Auto()` weighs compile against run time.
 RUNS = 100
-POLICY = dict(Auto=lxd.Auto, Lazy=lxd.Lazy, Roll=lxd.Roll, Materialise=lxd.Materialise)
+POLICY = {
+    "Auto": lxd.Auto,
+    NO_RACE: lambda: lxd.Auto(race=False),
+    "Lazy": lxd.Lazy,
+    "Roll": lxd.Roll,
+    "Materialise": lxd.Materialise,
+}
+
+
+def measured_variants() -> tuple[str, ...]:
+    """The variants measured here: `NO_RACE` only where `Auto` races."""
+    return tuple(v for v in VARIANTS if v != NO_RACE or lxd.Auto().races())
 
 
 def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
@@ -58,7 +72,7 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
         jax.block_until_ready(jitted(op, x))
         times.append(time.perf_counter() - start)
     record = dict(first_call_s=first, run_s=statistics.median(times))
-    if variant == "Auto":
+    if variant in ("Auto", NO_RACE):
         # What was compiled: the decisions, each raced one with its race's outcome.
         record["kept"] = [
             dict(strategy=d.strategy, reason=d.reasons[-1])
@@ -77,10 +91,11 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
 
 
 def run(names, rounds: int, scale: float) -> dict:
-    found: dict = {name: {v: [] for v in VARIANTS} for name in names}
+    variants = measured_variants()
+    found: dict = {name: {v: [] for v in variants} for name in names}
     for r in range(rounds):
         for name in names:
-            for variant in VARIANTS:
+            for variant in variants:
                 try:
                     found[name][variant].append(measure(name, variant, scale))
                 except Exception as error:  # noqa: BLE001 - recorded, run goes on
@@ -90,7 +105,7 @@ def run(names, rounds: int, scale: float) -> dict:
     for name in names:
         row: dict = {"half": HALF[name]}
         reference = None
-        for variant in VARIANTS:
+        for variant in variants:
             ok = [m for m in found[name][variant] if "error" not in m]
             if not ok:
                 row[variant] = dict(error=found[name][variant][0]["error"])
@@ -111,7 +126,7 @@ def run(names, rounds: int, scale: float) -> dict:
                 entry["kept"] = [m["kept"] for m in ok]
             row[variant] = entry
         base = row.get("lineax", {})
-        for variant in VARIANTS[1:]:
+        for variant in variants[1:]:
             entry = row[variant]
             if "first_call_s" in entry and "first_call_s" in base:
                 entry["first_call_speedup"] = (
@@ -186,9 +201,10 @@ def replay(results: dict, margins: dict, half: str = "held_out") -> dict:
 
 def summary(results: dict) -> str:
     rows = []
+    variants = [v for v in VARIANTS if all(v in row for row in results.values())]
     for name, row in results.items():
         cells = [f"{name} ({row['half']})"]
-        for variant in VARIANTS:
+        for variant in variants:
             entry = row[variant]
             if "error" in entry:
                 cells.append("error")
@@ -204,7 +220,7 @@ def summary(results: dict) -> str:
     headers = [
         "program",
         "lineax first/run",
-        *(f"{v} speedup/run" for v in VARIANTS[1:]),
+        *(f"{v} speedup/run" for v in variants[1:]),
     ]
     return harness.table(headers, rows)
 
@@ -214,8 +230,9 @@ def _plot(results: dict):
         plt = harness.pyplot()
         names = list(results)
         fig, ax = plt.subplots(figsize=(10, 4))
-        width = 0.8 / (len(VARIANTS) - 1)
-        for i, variant in enumerate(VARIANTS[1:]):
+        variants = [v for v in VARIANTS if all(v in row for row in results.values())]
+        width = 0.8 / (len(variants) - 1)
+        for i, variant in enumerate(variants[1:]):
             values = [
                 results[name][variant].get("first_call_speedup", 0.0) for name in names
             ]
