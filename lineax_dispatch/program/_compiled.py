@@ -155,13 +155,14 @@ class Program:
     def _race(self, args: tuple, kwargs: dict) -> Any:
         """Compiles the plan and its contender side by side (`race`) and keeps the
         first compiled: its plan and its `"while"` form."""
-        plans = (self.plan, self.plan.contender)
-        assert plans[1] is not None
+        contender = self.plan.contender
+        assert contender is not None
+        plans = (self.plan, contender)
         forms: dict[int, jex.ClosedJaxpr] = {}
 
         def lowering(index: int) -> Callable[[], Any]:
             def lower():
-                actions = plans[index].actions  # pyright: ignore[reportOptionalMemberAccess]
+                actions = plans[index].actions
                 closed = rewrite_program(self._traced.jaxpr, actions, "while")
                 forms[index] = closed
                 return self._lower(closed, args, kwargs)
@@ -169,7 +170,7 @@ class Program:
             return lower
 
         lowerings = [lowering(i) for i in (0, 1)]
-        penalties = [p.run_seconds for p in plans]  # pyright: ignore[reportOptionalMemberAccess]
+        penalties = [p.run_seconds for p in plans]
         winner, compiled, self.race_seconds = race(lowerings, penalties)
         self.plan = _raced(plans, winner, self.race_seconds)
         self.jaxprs = {"while": forms[winner]}
@@ -243,8 +244,9 @@ def race(
             if future.exception() is not None:
                 errors[index] = future.exception()  # pyright: ignore
                 continue
-            seconds[index] = time.perf_counter() - start
-            score = seconds[index] + penalties[index]
+            took = time.perf_counter() - start
+            seconds[index] = took
+            score = took + penalties[index]
             if best is None or score < best[0]:
                 best = (score, index, future.result())
     if best is None:
