@@ -115,6 +115,9 @@ def _realistic(data: dict) -> str:
     for name, row in data["results"].items():
         lin = row["lineax"]
         decided = ", ".join(d["strategy"] for d in row["Auto"].get("decisions", []))
+        kept = {d["strategy"] for r in row["Auto"].get("kept", []) for d in r}
+        if any("Raced" in d["reason"] for r in row["Auto"].get("kept", []) for d in r):
+            decided += f" (raced; kept: {', '.join(sorted(kept))})"
         rows.append(
             (
                 f"`{name}`",
@@ -201,7 +204,60 @@ def _parity(data: dict) -> str:
     )
 
 
+def _dependent_sites(data: dict) -> str:
+    k1, k = data["ks"][0], data["ks"][-1]
+    rows = []
+    for variant, r in data["results"].items():
+        many = r["rounds"][str(k)]
+        rows.append(
+            (
+                variant,
+                f"{r['first_call_ratio']:.2f}x",
+                f"{min(m['run_per_mv_s'] for m in many) * 1e6:.0f} us",
+                f"{r['run_per_mv_over_inline']:.2f}x",
+            )
+        )
+    return (
+        f"n = {data['n']}, {data['layers']} layers; the faster of the rounds.\n\n"
+        + _table(
+            (
+                "variant",
+                f"first call, k={k} / k={k1}",
+                f"run per mv at k={k}",
+                "over lineax's inline",
+            ),
+            rows,
+        )
+    )
+
+
+def _compile_race(data: dict) -> str:
+    rows = [
+        (
+            f"`{name}`",
+            *(f"{r['alone_s'][p]:.2f} s" for p in ("Lazy", "Roll")),
+            *(f"{r['side_by_side_s'][p]:.2f} s" for p in ("Lazy", "Roll")),
+            f"{r['first_finish_over_fastest_alone']:.2f}x",
+        )
+        for name, r in data["results"].items()
+    ]
+    return _table(
+        (
+            "program",
+            "Lazy alone",
+            "Roll alone",
+            "Lazy side by side",
+            "Roll side by side",
+            "first finish over the faster alone",
+        ),
+        rows,
+    )
+
+
 TABLES = {
+    "realistic-raced": _realistic,
+    "dependent_sites": _dependent_sites,
+    "compile_race": _compile_race,
     "families": _families,
     "families-adjoint": _families,
     "replay": _replay,

@@ -103,9 +103,9 @@ HEADLINES = (
     (
         "{tpu_realistic.programs} user-written programs, first call of `lxd.jit` + "
         "`Auto`: speedup over `eqx.filter_jit` + lineax, median (range)",
-        "tpu/realistic-12-programs",
+        "tpu/realistic-raced",
         "{tpu_realistic.first_median} ({tpu_realistic.first_span})",
-        "python -m benchmarks.realistic --rounds 1",
+        "python -m benchmarks.realistic --rounds 3",
     ),
 )
 

@@ -234,14 +234,14 @@ def _realistic_auto(file: str, key: str) -> str:
 
 
 for _key in ("first_median", "first_span", "run_max"):
-    figure(f"tpu_realistic.{_key}", "tpu/realistic-12-programs")(
-        functools.partial(_realistic_auto, "tpu/realistic-12-programs", _key)
+    figure(f"tpu_realistic.{_key}", "tpu/realistic-raced")(
+        functools.partial(_realistic_auto, "tpu/realistic-raced", _key)
     )
 
 
-@figure("tpu_realistic.programs", "tpu/realistic-12-programs")
+@figure("tpu_realistic.programs", "tpu/realistic-raced")
 def _realistic_programs():
-    return str(len(load("tpu/realistic-12-programs")["results"]))
+    return str(len(load("tpu/realistic-raced")["results"]))
 
 
 @figure("auto.lineax_worst", "auto")
