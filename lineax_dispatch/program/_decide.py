@@ -206,9 +206,9 @@ def _with_contender(
     if other is None:
         return decision, None
     decision = decision.with_reason(
-        f"{decision.strategy}; raced against {other.strategy} at the first call "
-        "outside a trace: both compiled side by side, the first to finish runs "
-        "(measured, not estimated)."
+        f"{decision.reasons[-1]} Raced against {other.strategy} at the first call "
+        "outside a trace: both compiled side by side, the one of least compile "
+        "plus estimated runs kept (measured, not estimated)."
     )
     return decision, other
 

@@ -33,7 +33,7 @@ def test_a_raced_program_gives_jax_jit_results(name, model):
     (before,) = compiled.decisions(ZOO_X).values()
     planned = "Lazy" if model is UNCERTAIN else "Roll"
     assert before.strategy == planned
-    assert "raced against" in before.reasons[-1]
+    assert "Raced against" in before.reasons[-1]
     with jax.checking_leaks():
         out = compiled(ZOO_X)
     _close(out, lazy_reference(name))

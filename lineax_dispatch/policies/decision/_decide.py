@@ -87,16 +87,10 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed; "
         f"compile once, run {weight:g} time(s)."
     ]
-    for e in costs:
-        if e.seconds is None:
-            reasons.append(f"{e.strategy} not allowed: {_why_not(o, needed)}")
-        else:
-            reasons.append(
-                f"{e.strategy}: compile ~{e.compile_seconds:.3g} s + {weight:g} x "
-                f"run ~{e.run_seconds:.3g} s."
-            )
+    margins = model.margins()
+    reasons += [_estimate_reason(e, o, needed, weight, margins) for e in costs]
     others = ", ".join(
-        f"{e.strategy} ~{e.seconds:.3g} s"
+        f"{e.strategy} ~{e.seconds:.3g} s{_error(e, margins)}"
         if e.seconds is not None
         else f"{e.strategy} over budget"
         for e in costs
@@ -107,14 +101,39 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         reasons.append(
             f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
             f"~{fastest.seconds:.3g} s ({others}), not more than "
-            f"{model.margins()[fastest.strategy]:g}x (the model's measured error "
+            f"{margins[fastest.strategy]:g}x (the model's measured error "
             "here) below Lazy's."
         )
     else:
         reasons.append(
-            f"{best.strategy} is cheapest: ~{best.seconds:.3g} s ({others})."
+            f"{best.strategy} is cheapest: ~{best.seconds:.3g} s"
+            f"{_error(best, margins)} ({others})."
         )
     return Decision(best.policy, tuple(reasons), costs, needed)
+
+
+def _estimate_reason(
+    e: Estimate, o: Observation, needed: int, weight: float, margins: Mapping
+) -> str:
+    """A sentence on one strategy's estimate: its compile and run, and the
+    model's measured error where it has one; or why it is not allowed."""
+    if e.seconds is None:
+        return f"{e.strategy} not allowed: {_why_not(o, needed)}"
+    error = margins.get(e.strategy, 1.0)
+    within = (
+        f", within x{error:g} (the model's measured error here)" if error > 1 else ""
+    )
+    return (
+        f"{e.strategy}: compile ~{e.compile_seconds:.3g} s + {weight:g} x "
+        f"run ~{e.run_seconds:.3g} s{within}."
+    )
+
+
+def _error(e: Estimate, margins: Mapping[str, float]) -> str:
+    """The model's measured error of `e` (`" (x/÷4.2)"`) where its margin says it
+    has one (above 1), else `""`."""
+    error = margins.get(e.strategy, 1.0)
+    return f" (x/÷{error:g})" if error > 1 else ""
 
 
 def _why_not(o: Observation, needed: int) -> str:
