@@ -128,13 +128,17 @@ _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
     assert meshes["make_mesh default"].axis_types == (AxisType.Explicit,)
     done = 0
     # Every solver on a batch the mesh does not divide (padded); a direct, a
-    # lineax and one of our iterative solvers on one it divides.
+    # lineax and one of our iterative solvers on one it divides. A list of devices
+    # (a mesh built for the call) with those three and AutoSolver.
+    few = solvers[1:2] + solvers[4:6] + solvers[-1:]
     for batch, batch_solvers in ((13, solvers), (16, solvers[1:2] + solvers[4:6])):
         bs = jnp.asarray(rng.standard_normal((batch, n)))
         expected = np.linalg.solve(np.asarray(a), np.asarray(bs).T).T
         for solver in batch_solvers:
             op = lxd.MatrixLinearOperator(a, tags)
             for name, mesh in meshes.items():
+                if name == "devices" and solver not in few:
+                    continue
                 where = f"{name} {solver} batch={batch}"
                 eager = lxd.batch_solve(op, bs, solver, mesh=mesh)
                 solve = lambda b: lxd.batch_solve(op, b, solver, mesh=mesh).value
@@ -163,7 +167,7 @@ _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
     sharded = jax.device_put(bs, NamedSharding(explicit, P("rhs")))
     for solver in solvers:
         op = lxd.MatrixLinearOperator(a, tags)
-        for context in (False, True):
+        for context in (False, True) if solver in few else (False,):
             solve = jax.jit(lambda b: lxd.batch_solve(op, b, solver).value)
             if context:
                 with jax.set_mesh(explicit):
@@ -180,4 +184,4 @@ _EVERY_SOLVER_ON_EVERY_MESH = textwrap.dedent(
 
 
 def test_every_solver_with_explicit_and_auto_meshes():
-    assert "OK 74" in run_on_eight_devices(_EVERY_SOLVER_ON_EVERY_MESH, timeout=900)
+    assert "OK 56" in run_on_eight_devices(_EVERY_SOLVER_ON_EVERY_MESH, timeout=900)
