@@ -7,8 +7,8 @@ Imports run one way, from the bottom up:
     internals per version, argument checks, shardings, jaxpr helpers, the
     precision of batched products;
 2. `policies/_base.py`: the policy interface;
-3. `policies/calls/`: marked calls, keys, the trace's scope and session, source
-    sites;
+3. `policies/calls/`: marked calls, keys, the trace's scope, the recorder
+    interface a traced `mv` or solver `init` records through, source sites;
 4. the policy classes (`policies/_*.py` but `_base` and `_auto`), with the memory guard;
 5. `policies/decision/`: the rule `Auto` decides by;
 6. `policies/_auto.py` and the `policies` package;
@@ -18,8 +18,9 @@ Imports run one way, from the bottom up:
 9. `solvers/`: `skeleton/` (the base class of the iterative solvers, the system
     their loops apply, flat vectors), the solvers (`cg/`, `lsmr/`, one module
     each for the others), `batch/`, `AutoSolver`, `PolicySolver`;
-10. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments
-    and errors, `analyse/`, `_decide`, `_trace` (which traces again where the
+10. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments,
+    errors and the trace's session (the recorder, and the jit-cache context),
+    `analyse/`, `_decide`, `_trace` (which traces again where the
     decide stage finds solves better decided together), `rewrite/`, `_compiled`,
     `_jit`, `_explain`;
 11. the package's `__init__`.
@@ -64,11 +65,12 @@ LAYERS = (
     ("preconditioners", ("lineax_dispatch.preconditioners",)),
     ("solvers", ("lineax_dispatch.solvers",)),
     (
-        "program: arguments, errors",
+        "program: arguments, errors, session",
         (
             "lineax_dispatch.program._arguments",
             "lineax_dispatch.program._call_convention",
             "lineax_dispatch.program._errors",
+            "lineax_dispatch.program._session",
         ),
     ),
     ("program: analyse", ("lineax_dispatch.program.analyse",)),

@@ -1,7 +1,7 @@
 """Policies: how an operator applies its `mv`.
 
 The policy classes are modules of this folder; `calls/` holds the marked calls
-they apply through (keys, the trace's scope and session, source sites) and
+they apply through (keys, the trace's scope and recorder, source sites) and
 `decision/` the rule `Auto` decides by (records, observation, cost, the model's
 formulas, `decide`)."""
 
@@ -23,7 +23,7 @@ from ._memory import (
 )
 from ._outline import Outline as Outline
 from ._roll import Roll as Roll
-from .calls._session import SolverChoice as SolverChoice
+from .calls._recorder import SolverChoice as SolverChoice
 from .decision._calibration import machine_cost_model as machine_cost_model
 from .decision._cost import mv_cost as mv_cost, MvCost as MvCost
 from .decision._decide import decide as decide

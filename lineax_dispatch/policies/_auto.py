@@ -14,8 +14,8 @@ from ._eager import compiled_mv
 from ._memory import optional_budget, resolve_budget
 from ._outline import outline_runs_here
 from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
+from .calls._recorder import current_recorder
 from .calls._scope import current_scope
-from .calls._session import current_session
 from .decision._calibration import machine_cost_model
 from .decision._cost import jaxpr_cost, MvCost
 from .decision._decide import decide
@@ -230,25 +230,11 @@ class Auto(AbstractPolicy):
             # Eager: no program to decide for; the compiled `mv`, compiled once
             # per operator kind and signature, with no decision work.
             return marked_mv(operator, vector)
-        active = current_session()
+        active = current_recorder()
         if active is not None:
             # Traced by `lxd.jit`: a marked call of this operator kind's own, which
             # `lxd.jit` finds in the traced program, decides for and rewrites.
-            record, parts = active.apply_parts(operator)
-            dynamic, key = parts
-            traced = record.call.trace((key, current_scope()), dynamic, vector)
-            if not traced.jaxpr.consts:
-                out = marked_mv(operator, vector, record.call, parts)
-                # The callee just called (jax's cached trace: the equation's).
-                record.note_callee(traced.jaxpr)
-                return out
-            # Arrays the operator's function reads but is not given (a module's
-            # global): passed to the call (`lifted_call`), as constants of this
-            # trace.
-            lifted = record.lifted(traced)
-            consts = list(traced.jaxpr.consts)
-            record.note_callee(lifted.trace(consts, dynamic, vector).jaxpr)
-            return lifted(consts, dynamic, vector)
+            return active.recorded_mv(operator, vector)
         # Under a plain `jax.jit`: each site decided alone; lineax's behaviour
         # (inlined by XLA) unless an out-of-line call pays.
         if (

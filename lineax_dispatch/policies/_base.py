@@ -14,8 +14,8 @@ from jaxtyping import PyTree
 # True while tracing the body of an operator whose policy has already taken charge
 # (inside an outlined call, or while building a materialised matrix). Nested
 # operators then apply their plain lineax `mv`: the outermost non-`Lazy` policy
-# decides for the whole expression. A context variable, so it is per thread and
-# per task, and never shared module state.
+# decides for the whole expression. A context variable: the nested `mv`s are
+# called by lineax or the user's function, with no argument to carry it.
 _RAW_MV: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "lineax_dispatch_raw_mv", default=False
 )

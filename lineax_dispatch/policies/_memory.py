@@ -279,7 +279,8 @@ def format_bytes(n: float) -> str:
 # The policies a batch path (`batch_solve`, `batch_mv`) applies on behalf of an
 # operator whose own policy it has replaced by an inline one, or a composite
 # operator whose operands are being materialised: their budgets still guard any
-# dense matrix built meanwhile (a direct solver's `as_matrix`, an operand's).
+# dense matrix built meanwhile (a direct solver's `as_matrix`, an operand's). A
+# context variable: lineax calls `as_matrix` with no argument to carry the budgets.
 _IN_FORCE: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "lineax_dispatch_policy_in_force", default=()
 )

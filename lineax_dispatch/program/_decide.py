@@ -17,12 +17,13 @@ from ..policies._outline import Outline
 from ..policies._roll import Roll
 from ..policies.calls._keys import is_leaf_array
 from ..policies.calls._marked import MARKED_NAME
-from ..policies.calls._session import AutoRecord, LAYOUT_HINT, Session, SolveRecord
+from ..policies.calls._recorder import SolveRecord
 from ..policies.calls._sites import equation_site
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._decide import cheapest, decide
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
+from ._session import AutoRecord, Session
 from .analyse._groups import (
     AutoGroup,
     find_groups,
@@ -391,8 +392,8 @@ def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
 
 def layout_hints(jaxpr: Any, retrace_s: float) -> dict[tuple, float]:
     """The CG solves of a traced program (with `layout="auto"`) that should be
-    decided again for the trips of the loops around them: `(user line, (LAYOUT_HINT,
-    operator key)) -> runs per run of the program`, for those that kept one site
+    decided again for the trips of the loops around them: `(user line, operator
+    key) -> runs per run of the program` (`Hints.layouts`), for those that kept one site
     and would take the inline layout counting those runs, by more than a second
     trace of the program costs.
 
@@ -410,6 +411,5 @@ def layout_hints(jaxpr: Any, retrace_s: float) -> dict[tuple, float]:
         if ref.site is None or ref.layout != "one_site" or runs <= 1:
             continue
         if ref.saved * runs - ref.compile_s > retrace_s:
-            site, key = ref.site
-            hints[(site, (LAYOUT_HINT, key))] = runs
+            hints[ref.site] = runs
     return hints

@@ -9,7 +9,7 @@ import lineax as lx
 from .._jaxpr import out_leaves
 from ..policies._auto import Auto
 from ..policies._memory import format_bytes
-from ..policies.calls._session import SolverChoice
+from ..policies.calls._recorder import SolverChoice
 from ..policies.calls._sites import site_text
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._observation import observe

@@ -12,7 +12,6 @@ import equinox as eqx
 import jax
 
 from .._compat import executable_call, is_tracer, root_trace_ref
-from ..policies.calls._session import current_session
 from ..policies.decision._records import Decision
 from . import _compiled, _trace
 from ._arguments import (
@@ -27,6 +26,7 @@ from ._call_convention import CallConvention
 from ._compiled import compile_program, Compiled, Lowered
 from ._decide import plan_program
 from ._errors import new_jit_id, readable_errors
+from ._session import current_session
 from ._trace import trace_program
 
 

@@ -9,16 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .._compat import current_trace
-from ..policies.calls._session import (
+from ..policies.calls._recorder import Hints
+from ._arguments import Arguments, OutputBox
+from ._decide import layout_hints, shared_solve_hints
+from ._errors import unpatched_jit
+from ._session import (
     PASS_CONTEXT,
     retire_shared_context,
     Session,
     session,
     shared_context,
 )
-from ._arguments import Arguments, OutputBox
-from ._decide import layout_hints, shared_solve_hints
-from ._errors import unpatched_jit
 from .analyse._groups import foreign_marked_calls
 from .analyse._solves import add_carried_solver_choices, add_carried_solves
 
@@ -47,13 +48,13 @@ def _traceable(fun: Callable, split: Arguments, box: OutputBox, active: Session)
 
 
 def _trace_once(
-    fun: Callable, jit_kwargs: dict[str, Any], split: Arguments, hints: dict
+    fun: Callable, jit_kwargs: dict[str, Any], split: Arguments, hints: Hints
 ) -> Trace:
     """One trace of `fun` in a session of its own, told `hints` (see
-    `shared_solve_hints`): under the shared jit-cache context (see
-    `shared_context`), or one of its own when told hints (its solves must be
+    `shared_solve_hints` and `layout_hints`): under the shared jit-cache context
+    (see `shared_context`), or one of its own when told hints (its solves must be
     decided again, not taken from the trace before)."""
-    active = Session(solve_hints=hints)
+    active = Session(hints=hints)
     box = OutputBox()
     jitted = unpatched_jit()(_traceable(fun, split, box, active), **jit_kwargs)
     context = ("lxd.jit", active.token) if hints else shared_context()
@@ -71,7 +72,7 @@ def _trace_once(
 
 
 def _trace_own(
-    fun: Callable, jit_kwargs: dict[str, Any], split: Arguments, hints: dict
+    fun: Callable, jit_kwargs: dict[str, Any], split: Arguments, hints: Hints
 ) -> Trace:
     """`_trace_once`, made again where the trace reused another program's nested
     trace of an `Auto` operator (`foreign_marked_calls`): the shared context is
@@ -100,10 +101,12 @@ def trace_program(fun: Callable, jit_kwargs: dict[str, Any], split: Arguments) -
     A `Trace`.
     """
     start = time.perf_counter()
-    trace = _trace_own(fun, jit_kwargs, split, {})
+    trace = _trace_own(fun, jit_kwargs, split, Hints())
     jaxpr = trace.traced.jaxpr.jaxpr
-    hints: dict[tuple, float] = dict(shared_solve_hints(jaxpr, trace.session))
-    hints.update(layout_hints(jaxpr, time.perf_counter() - start))
+    hints = Hints(
+        solves=shared_solve_hints(jaxpr, trace.session),
+        layouts=layout_hints(jaxpr, time.perf_counter() - start),
+    )
     if hints:
         trace = _trace_own(fun, jit_kwargs, split, hints)
     return trace

@@ -22,7 +22,7 @@ from ..policies._memory import (
     vector_bytes,
 )
 from ..policies._pinned import ChoiceRef
-from ..policies.calls._session import record_solver_choice
+from ..policies.calls._recorder import record_solver_choice
 from ..policies.decision._calibration import machine_cost_model
 from ..policies.decision._formulas import batched_compile, mv_compile, mv_run, read_rate
 from ..preconditioners import AbstractPattern

@@ -8,7 +8,7 @@ import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
 from ..operators._vector_structure import structures_match
-from ..policies.calls._session import own_code
+from ..policies.calls._recorder import own_code
 from .skeleton._flat_vectors import (
     conj_options,
     flat_mv,

@@ -9,8 +9,8 @@ from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
 from ..policies._pinned import pinned
 from ..policies.calls._keys import operator_key
+from ..policies.calls._recorder import record_solve, solve_hint, solve_record
 from ..policies.calls._scope import current_scope
-from ..policies.calls._session import record_solve, solve_hint, solve_record
 
 
 def expected_iterations(max_steps: int | None, size: int) -> int:

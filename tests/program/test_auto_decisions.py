@@ -26,7 +26,8 @@ def test_an_operator_at_many_sites_is_partitioned_once(monkeypatch):
     its kind key and arrays once (at its first `mv`), not at every site; what that
     keeps holds the trace's tracers and is dropped when the trace ends."""
     from lineax_dispatch.policies import _auto
-    from lineax_dispatch.policies.calls import _keys, _session
+    from lineax_dispatch.policies.calls import _keys
+    from lineax_dispatch.program import _session
 
     keys = []
     operator_key = _keys.operator_key

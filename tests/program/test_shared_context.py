@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.policies.calls._session import shared_context
+from lineax_dispatch.program._session import shared_context
 
 
 N = 8

@@ -142,7 +142,7 @@ def test_solver_set_up_runs_as_own_code(solver, monkeypatch):
     their traces from earlier programs, while the operator's `mv` (the user's
     code) runs under the program's own context. The program is then lowered
     under the caller's context."""
-    from lineax_dispatch.policies.calls._session import PASS_CONTEXT
+    from lineax_dispatch.program._session import PASS_CONTEXT
     from lineax_dispatch.solvers.skeleton import _one_site_solver as _base
 
     set_up, user = [], []

@@ -71,7 +71,8 @@ class MarkedCall:
             mode
         ]
         # `{key: jit}` of traced calls, each entry dropped when its trace ends;
-        # an ordered `{static key: jit}` of eager ones, bounded.
+        # an ordered `{static key: jit}` of eager ones, bounded. Context variables:
+        # `mv` is called by lineax with no argument to carry them, per thread.
         self._traced: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
             f"lineax_dispatch_{name}_traced", default=None
         )

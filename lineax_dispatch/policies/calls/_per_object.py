@@ -21,6 +21,8 @@ def per_object_cache(name: str) -> contextvars.ContextVar[dict | None]:
 
     A `contextvars.ContextVar` for `cached_per_object`.
     """
+    # A context variable: eager calls in each thread or task keep their own
+    # values, with no lock and no state shared at module level.
     return contextvars.ContextVar(name, default=None)
 
 

@@ -23,7 +23,8 @@ class TraceScope(HashedKey):
     """
 
 
-# The scope a solve's operator is pinned to (see `pinned_scope`).
+# The scope a solve's operator is pinned to (see `pinned_scope`). A context
+# variable: lineax's solve calls `mv` in traces of its own, with no argument to carry it.
 _PINNED: contextvars.ContextVar[TraceScope | None] = contextvars.ContextVar(
     "lineax_dispatch_pinned_scope", default=None
 )

@@ -118,7 +118,8 @@ _WIDE = ("loop_copy_s", "batched_dot_s")
 
 
 # The model once made or read in this context, with the setting it was made under:
-# (setting, model). (The machine does not change within a process.)
+# (setting, model). (The machine does not change within a process.) A context
+# variable: `Auto.mv` is called by lineax with no argument to carry the model.
 _MODEL: contextvars.ContextVar[tuple[str, CostModel] | None] = contextvars.ContextVar(
     "lineax_dispatch_machine_cost_model", default=None
 )

@@ -374,7 +374,8 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     return cost
 
 
-# Per-context cache of cost analyses: operator key -> cost dict.
+# Per-context cache of cost analyses: operator key -> cost dict. A context
+# variable: `Auto.mv` is called by lineax with no argument to carry a cache.
 _COSTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "lineax_dispatch_costs", default=None
 )

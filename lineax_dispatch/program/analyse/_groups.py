@@ -12,8 +12,8 @@ import jax.extend.core.primitives as prims
 from ..._compat import call_callee
 from ..._jaxpr import call_name, finds_below, heavy, scan_length
 from ...policies.calls._marked import AUTO_NAME, is_marked
-from ...policies.calls._session import AutoRecord, Session
 from ...policies.decision._records import Decision
+from .._session import AutoRecord, Session
 from ._roll_plan import call_group
 
 

@@ -15,10 +15,11 @@ from ..._jaxpr import finds_below, HEAVY
 from ...policies._lazy import Lazy
 from ...policies._outline import Outline
 from ...policies._pinned import _Unkeyed, carried_record, ChoiceRef
-from ...policies.calls._session import Session, SolverChoice, SolveRecord
+from ...policies.calls._recorder import SolverChoice, SolveRecord
 from ...policies.calls._sites import equation_site
 from ...policies.decision._cost import mv_cost
 from ...solvers.cg._layout_choice import LayoutRef
+from .._session import Session
 from ._groups import loop_trips
 
 

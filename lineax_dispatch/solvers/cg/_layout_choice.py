@@ -17,8 +17,8 @@ from ...policies._dense import EXPLICIT_OPERATORS
 from ...policies._memory import array_bytes, itemsize, vector_bytes
 from ...policies._pinned import _Unkeyed, ChoiceRef
 from ...policies.calls._keys import is_leaf_array, operator_key
-from ...policies.calls._session import (
-    current_session,
+from ...policies.calls._recorder import (
+    current_recorder,
     layout_hint,
     record_solver_choice,
 )
@@ -128,7 +128,7 @@ def choose_layout(
     fixed = model.inline_compile
     if solver.fused_test(n):
         fixed += model.fused_test_compile
-    if saved <= fixed and current_session() is None:
+    if saved <= fixed and current_recorder() is None:
         reason = f"{saving}: less than its fixed compile (~{fixed:.3g} s)."
         return "one_site", (reason,), model.source, saved, math.inf
     compile_s = fixed + 2 * _copy_compile(prepared, model)
@@ -225,7 +225,7 @@ def cg_choices(
     site, executions = None, 1.0
     if (
         "auto" in (solver.layout, solver.residual_update)
-        and current_session() is not None
+        and current_recorder() is not None
         and isinstance(given, AbstractDispatchOperator)
     ):
         site = (user_site(), operator_key(given))

@@ -17,7 +17,7 @@ from jaxtyping import Array, Bool, PyTree, Real, Scalar
 from lineax.internal import two_norm
 
 from ...operators._sharding import explicit_sharding
-from ...policies.calls._session import own_code
+from ...policies.calls._recorder import own_code
 from ..skeleton._flat_vectors import (
     binary_scale,
     flat_mv,

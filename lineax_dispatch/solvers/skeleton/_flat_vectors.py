@@ -26,7 +26,7 @@ from ...operators import AbstractDispatchOperator, conj as lxd_conj, linearise
 from ...operators._sharding import explicit_sharding, replicated_like, stacked_like
 from ...operators._vector_structure import structures_match
 from ...policies._memory import promoted_dtype, structure_size
-from ...policies.calls._session import user_code
+from ...policies.calls._recorder import user_code
 
 
 class Flattener(eqx.Module):

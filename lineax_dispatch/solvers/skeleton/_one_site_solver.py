@@ -15,7 +15,7 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 from lineax.internal import max_norm
 
 from ..._validate import as_int, as_real, check_tolerance
-from ...policies.calls._session import own_code
+from ...policies.calls._recorder import own_code
 from .._prepare import expected_iterations, resolve_for_solve
 from ._flat_vectors import (
     both,
