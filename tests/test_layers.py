@@ -6,10 +6,11 @@ Imports run one way, from the bottom up:
 1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`, `_precision`: JAX's
     internals per version, argument checks, shardings, jaxpr helpers, the
     precision of batched products;
-2. `policies/_base.py`: the policy interface;
+2. `policies/_policy_interface.py`: the policy interface;
 3. `policies/calls/`: marked calls, keys, the trace's scope, the recorder
     interface a traced `mv` or solver `init` records through, source sites;
-4. the policy classes (`policies/_*.py` but `_base` and `_auto`), with the memory guard;
+4. the policy classes (`policies/_*.py` but `_policy_interface` and `_auto`),
+    with the memory guard;
 5. `policies/decision/`: the rule `Auto` decides by;
 6. `policies/_auto.py` and the `policies` package;
 7. `operators/`;
@@ -56,7 +57,7 @@ LAYERS = (
             "lineax_dispatch._precision",
         ),
     ),
-    ("policy interface", ("lineax_dispatch.policies._base",)),
+    ("policy interface", ("lineax_dispatch.policies._policy_interface",)),
     ("policies.calls", ("lineax_dispatch.policies.calls",)),
     ("policy classes", ("lineax_dispatch.policies._",)),
     ("policies.decision", ("lineax_dispatch.policies.decision",)),
@@ -171,7 +172,7 @@ def test_an_upward_import_is_found():
     importing a policy class."""
     added = {
         "lineax_dispatch.policies.decision._cost": "lineax_dispatch.program._jit",
-        "lineax_dispatch.solvers._prepare": "lineax_dispatch.program.rewrite._roll",
+        "lineax_dispatch.solvers._prepare": "lineax_dispatch.program.rewrite._roll_loop",
         "lineax_dispatch.policies.calls._marked": "lineax_dispatch.policies._lazy",
         "lineax_dispatch.program.analyse._groups": "lineax_dispatch.program._decide",
     }

@@ -15,10 +15,10 @@ from jaxtyping import ArrayLike, PyTree
 
 from .._compat import root_trace_ref
 from ..policies import AbstractPolicy, check_policy, default_policy, in_raw_mv_context
-from ..policies._base import with_top_policy
 from ..policies._dense import EXPLICIT_OPERATORS
 from ..policies._eager import eager_apply
 from ..policies._memory import check_dense_budget
+from ..policies._policy_interface import with_top_policy
 from ._vector_structure import check_vector
 
 

@@ -6,12 +6,6 @@ they apply through (keys, the trace's scope and recorder, source sites) and
 formulas, `decide`)."""
 
 from ._auto import Auto as Auto
-from ._base import (
-    AbstractPolicy as AbstractPolicy,
-    check_policy as check_policy,
-    in_raw_mv_context as in_raw_mv_context,
-    RawMv as RawMv,
-)
 from ._batching import Scan as Scan, VmapBatch as VmapBatch
 from ._dense import dense_matrix as dense_matrix
 from ._lazy import Lazy as Lazy
@@ -22,14 +16,20 @@ from ._memory import (
     parse_memory_budget as parse_memory_budget,
 )
 from ._outline import Outline as Outline
+from ._policy_interface import (
+    AbstractPolicy as AbstractPolicy,
+    check_policy as check_policy,
+    in_raw_mv_context as in_raw_mv_context,
+    RawMv as RawMv,
+)
 from ._roll import Roll as Roll
 from .calls._recorder import SolverChoice as SolverChoice
 from .decision._calibration import machine_cost_model as machine_cost_model
 from .decision._cost import mv_cost as mv_cost, MvCost as MvCost
-from .decision._decide import decide as decide
 from .decision._model import CostModel as CostModel
 from .decision._observation import Observation as Observation, observe as observe
 from .decision._records import Decision as Decision, Estimate as Estimate
+from .decision._rule import decide as decide
 from .decision._unseen import decide_unseen as decide_unseen
 
 

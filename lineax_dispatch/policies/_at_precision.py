@@ -11,7 +11,7 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from .._precision import with_precision
-from ._base import AbstractPolicy, with_top_policy
+from ._policy_interface import AbstractPolicy, with_top_policy
 
 
 class _AtPrecision(AbstractPolicy):

@@ -9,19 +9,19 @@ from jaxtyping import PyTree
 
 from .._jaxpr import out_leaves
 from .._validate import check_positive_real
-from ._base import AbstractPolicy
 from ._eager import compiled_mv
 from ._memory import optional_budget, resolve_budget
 from ._outline import outline_runs_here
+from ._policy_interface import AbstractPolicy
 from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
 from .calls._recorder import current_recorder
 from .calls._scope import current_scope
 from .decision._calibration import machine_cost_model
 from .decision._cost import jaxpr_cost, MvCost
-from .decision._decide import decide
 from .decision._model import CostModel
 from .decision._observation import observe
 from .decision._records import Decision
+from .decision._rule import decide
 from .decision._unseen import decide_unseen
 
 

@@ -10,8 +10,8 @@ import lineax as lx
 from jaxtyping import PyTree
 
 from .._precision import batched_products
-from ._base import AbstractPolicy
 from ._dense import check_batch_size
+from ._policy_interface import AbstractPolicy
 
 
 class AbstractInlinePolicy(AbstractPolicy):

@@ -14,8 +14,8 @@ from jaxtyping import Array, Inexact, PyTree
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
 from .._validate import check_positive_int
-from ._base import RawMv
 from ._memory import check_dense_budget
+from ._policy_interface import RawMv
 from .calls._scope import current_scope
 
 

@@ -5,8 +5,8 @@ from typing import Any
 import lineax as lx
 from jaxtyping import PyTree
 
-from ._base import AbstractPolicy
 from ._eager import compiled_mv
+from ._policy_interface import AbstractPolicy
 from .calls._marked import inline_mv, marked_mv
 
 

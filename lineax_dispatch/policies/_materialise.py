@@ -6,7 +6,6 @@ import equinox as eqx
 import lineax as lx
 from jaxtyping import PyTree
 
-from ._base import AbstractPolicy
 from ._dense import (
     build_dense_matrix,
     check_batch_size,
@@ -15,6 +14,7 @@ from ._dense import (
     EXPLICIT_OPERATORS,
 )
 from ._memory import check_dense_budget, optional_budget, resolve_budget
+from ._policy_interface import AbstractPolicy
 from .calls._per_object import cached_per_object, per_object_cache
 from .calls._scope import current_scope
 

@@ -21,8 +21,8 @@ from .._compat import (
 )
 from .._explicit_axes import explicit_sharding
 from .._precision import default_precision, traced_precision
-from ._base import AbstractPolicy, RawMv
 from ._eager import compiled_mv
+from ._policy_interface import AbstractPolicy, RawMv
 from .calls._keys import ByIdentity
 from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
 from .calls._per_object import cached_per_object, per_object_cache

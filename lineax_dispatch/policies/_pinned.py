@@ -6,7 +6,7 @@ import equinox as eqx
 import lineax as lx
 from jaxtyping import PyTree
 
-from ._base import AbstractPolicy
+from ._policy_interface import AbstractPolicy
 from .calls._scope import pinned_scope, TraceScope
 
 

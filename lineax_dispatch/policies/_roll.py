@@ -6,8 +6,8 @@ from typing import Any
 import lineax as lx
 from jaxtyping import PyTree
 
-from ._base import AbstractPolicy
 from ._eager import compiled_mv
+from ._policy_interface import AbstractPolicy
 from .calls._marked import marked_mv
 
 

@@ -20,9 +20,9 @@ from ..policies.calls._marked import MARKED_NAME
 from ..policies.calls._recorder import SolveRecord
 from ..policies.calls._sites import equation_site
 from ..policies.decision._cost import jaxpr_cost
-from ..policies.decision._decide import cheapest, decide
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
+from ..policies.decision._rule import cheapest, decide
 from ._session import AutoRecord, Session
 from .analyse._groups import (
     AutoGroup,

@@ -10,8 +10,8 @@ import pytest
 
 import lineax_dispatch as lxd
 from lineax_dispatch.policies.decision import _calibration
-from lineax_dispatch.policies.decision._decide import decide
 from lineax_dispatch.policies.decision._observation import Observation
+from lineax_dispatch.policies.decision._rule import decide
 
 
 def _observation(call_sites: int) -> Observation:

@@ -16,8 +16,8 @@ import pytest
 import lineax_dispatch as lxd
 from lineax_dispatch.policies._outline import outline_runs_here
 from lineax_dispatch.policies.calls._marked import outline_mv
-from lineax_dispatch.policies.decision._decide import decide
 from lineax_dispatch.policies.decision._observation import Observation
+from lineax_dispatch.policies.decision._rule import decide
 
 
 callbacks_only = pytest.mark.skipif(

@@ -33,7 +33,7 @@ from ..._compat import (
     XLA_OUTLINE,
 )
 from ..._jaxpr import call_name
-from .._base import AbstractPolicy, RawMv, with_top_policy
+from .._policy_interface import AbstractPolicy, RawMv, with_top_policy
 from ._keys import StaticKey
 from ._per_object import cached_per_object, per_object_cache
 from ._scope import current_scope

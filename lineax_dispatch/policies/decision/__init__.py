@@ -8,5 +8,5 @@
 - `_calibration`: this machine's constants, measured once and cached;
 - `_formulas`: the model's estimates of compile time, run time and memory per
     strategy;
-- `_decide`: `decide(observation) -> Decision`;
+- `_rule`: the decision rule, `decide(observation) -> Decision`;
 - `_unseen`: the decision for a call site of a program that is not read."""

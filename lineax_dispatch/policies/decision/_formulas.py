@@ -5,11 +5,11 @@ the cheapest that fits the memory budget. No JAX tracing happens here."""
 
 import math
 
-from .._base import AbstractPolicy
 from .._lazy import Lazy
 from .._materialise import Materialise
 from .._memory import vector_bytes
 from .._outline import Outline
+from .._policy_interface import AbstractPolicy
 from .._roll import Roll
 from ._model import CostModel as CostModel
 from ._observation import Observation

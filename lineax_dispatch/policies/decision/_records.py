@@ -3,7 +3,7 @@ it chose, with the reasons."""
 
 import equinox as eqx
 
-from .._base import AbstractPolicy
+from .._policy_interface import AbstractPolicy
 
 
 class Estimate(eqx.Module):

@@ -1,7 +1,7 @@
 """The program rewrite of `lxd.jit`: apply each group's action (see
 `program/_decide.py`) to the traced program: roll or stack its top-level call
-sites (`_roll.py`, `_stack.py`), share one matrix between them
-(`_materialise.py`), call one out-of-line `mv` from every site (`_outline.py`),
+sites (`_roll_loop.py`, `_stack.py`), share one matrix between them
+(`_shared_matrix.py`), call one out-of-line `mv` from every site (`_outline_sites.py`),
 or put the calls inline. Each step gives a program (a `ClosedJaxpr`) again."""
 
 from collections.abc import Callable, Sequence
@@ -18,9 +18,9 @@ from ..analyse._groups import find_groups
 from ..analyse._roll_plan import plan_roll
 from ..analyse._stack_plan import plan_stack
 from ._interpret import eval_eqns, read
-from ._materialise import materialised_function
-from ._outline import outline_group
-from ._roll import rolled_function
+from ._outline_sites import outline_group
+from ._roll_loop import rolled_function
+from ._shared_matrix import materialised_function
 from ._stack import stacked_function
 
 

@@ -1,4 +1,4 @@
-"""The values a rolled loop carries and reads (see `_roll.py`): each typed exactly
+"""The values a rolled loop carries and reads (see `_roll_loop.py`): each typed exactly
 as its aval, whatever branch wrote it; a slot's value before the loop; a branch's
 literal read from its table at the step."""
 
