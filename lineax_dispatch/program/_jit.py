@@ -140,8 +140,7 @@ class CompileAware:
         ):
             # Bare arrays of the last call's signature: straight to its program's
             # own call, as `jax.jit`'s fast path (splitting the arguments is
-            # Python work before each dispatch, which cost repeated cheap solves
-            # 2-7%; each microsecond here is 3% of a 30 us solve).
+            # Python work before each dispatch, a large share of a cheap solve).
             _, call, box = last
             return call(*args) if box is None else box.combine(call(*args))
         outside = root_trace_ref() is None and current_session() is None

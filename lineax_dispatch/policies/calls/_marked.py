@@ -135,10 +135,9 @@ def lifted_call(name: str, traced: Any) -> Callable:
     half) has a callee holding them as constants. `jax.jit` puts an operator's
     `mv` inline, and those arrays become constants of the calling trace, passed
     into loops as their operands; a call left in a loop body would be lowered
-    holding them as constants of its own, which XLA:CPU compiled far slower (a
-    1024 x 1024 matrix applied twice a step of a `fori_loop`: 1.6x the program's
-    compile, `python -m benchmarks.fixed_cost --program loop`). Called with the
-    constants, the call leaves them to the calling trace, as `jax.jit` does.
+    holding them as constants of its own, which XLA:CPU compiles far slower
+    (`python -m benchmarks.fixed_cost --program loop` measures it). Called with
+    the constants, the call leaves them to the calling trace, as `jax.jit` does.
 
     **Arguments:**
 

@@ -44,19 +44,15 @@ ENV = "LINEAX_DISPATCH_CALIBRATION"
 
 # `loop_copy_s` on the reference machine: the median ratio of `loop_copy_s` to
 # `compile_s` in first-use calibrations on a 2-core Intel Xeon (XLA:CPU, jax
-# 0.10.2; ten, 0.085-0.58, while other work loaded the machine), 0.19, times the
-# reference machine's `compile_s`.
+# 0.10.2), 0.19, times the reference machine's `compile_s`.
 LOOP_COPY_REFERENCE = 0.19 * 4.99e-2
-# `batched_dot_s` likewise: its median ratio to `compile_s` there (five,
-# 0.13-0.29), 0.246.
+# `batched_dot_s` likewise: its median ratio to `compile_s` there, 0.246.
 BATCHED_DOT_REFERENCE = 0.246 * 4.99e-2
 
 
 # The micro-measurements on the reference machine (2-core AMD EPYC, 32 MiB L3,
 # XLA:CPU, jax 0.10.2: where `CostModel`'s defaults were fitted), each the median
-# of seven first-use calibrations there (each in a fresh process; their spread:
-# compile 0.87-1.14x the median, matmul 0.95-1.02x, stream 0.87-1.34x, cached
-# 0.95-1.16x, step 0.88-1.22x).
+# of seven first-use calibrations there, each in a fresh process.
 _REFERENCE = {
     "compile_s": 4.99e-2,
     "matmul_s": 5.97e-4,

@@ -100,7 +100,7 @@ _LOWER_CONSTANTS_LIMIT = 16 * 2**20
 # alone (at any depth of nested calls; on complex values, of
 # `_COUNTED_ON_COMPLEX` alone), computing nothing from the arrays it closes over
 # alone (`_folds_constants`: XLA folds that), is not lowered for its cost: lowering
-# and analysing took 9-45 ms a function, more than the rest of a decision.
+# and analysing a function costs more than the rest of a decision.
 def _primitives(*names: str) -> frozenset:
     """The primitives `jax.extend.core.primitives.<name>_p` that this JAX has (a
     primitive new in a later JAX is left out on an older one)."""

@@ -52,8 +52,8 @@ class CostModel(eqx.Module):
     - `outline_clone`: with `outline_native`, the fraction of one copy of `mv`'s
         compile time that every further outlined site still pays (XLA:CPU clones
         a called computation for each of its callers before it emits code: 1.0,
-        measured with `python -m benchmarks.callsites` on jax 0.12; lower on a
-        backend that compiles the callee once).
+        as `python -m benchmarks.callsites` measures; lower on a backend that
+        compiles the callee once).
     - `outline_site`: compile time of one outlined call site (a host callback).
     - `outline_call`: fixed run-time cost of one outlined call (a host callback).
     - `callback_bytes_per_second`: rate at which an outlined call hands the
@@ -109,8 +109,8 @@ class CostModel(eqx.Module):
     # Fitted to benchmarks/results/auto.json (2-core XLA:CPU, jax 0.10.2): the
     # compile and run times of every fixed strategy at 1, 4 and 16 sites.
     flops_per_second: float = 1.5e11
-    # Lazy run per mv in benchmarks/results/auto.json: ~2.8e10 B/s for 128 MiB of
-    # weights, ~5e10 B/s for 8 MiB (a 32 MiB last-level cache).
+    # The Lazy run per mv in benchmarks/results/auto.json: weights larger than the
+    # last-level cache (`bytes_per_second`) and within it (`cache_bytes_per_second`).
     bytes_per_second: float = 2.7e10
     cache_bytes: int = 32 * 2**20
     cache_bytes_per_second: float = 5e10
@@ -133,23 +133,23 @@ class CostModel(eqx.Module):
     roll_fixed: float = 0.015
     roll_site: float = 6e-3
     roll_step: float = 1e-5
-    # From `lxd.jit` programs of k dependent solves, rolled and not, of the
-    # fit half of `benchmarks.families_cases` (the note of this change).
+    # Fitted to `lxd.jit` programs of k dependent solves, rolled and not, of the
+    # fit half of `benchmarks.families_cases`.
     solve_copy: float = 5e-3
-    # From CG on 1-D operators (a diagonal, a three-point stencil) at n = 64 and
-    # 4096 (the note of this change).
+    # Fitted to CG on 1-D operators (a diagonal, a three-point stencil) at n = 64
+    # and 4096, one site against inline.
     inline_compile: float = 3e-3
-    # From CG on the same two at n = 64: the gap grew by 9.5 and 9.8 ms when the
-    # one-site loop's test became one reduction (the note of this change).
+    # Fitted to CG on the same two at n = 64: the compile the one-site loop saves
+    # by taking its stopping test as one reduction.
     fused_test_compile: float = 1e-2
-    # From CG on the 2-D five-point stencil at n = 4096: 15.5 and 13.6 ms (the
-    # note of this change).
+    # Fitted to CG on the 2-D five-point stencil at n = 4096: what the residual
+    # update's `lax.cond` adds to the compile.
     update_cond_compile: float = 1.5e-2
-    # A 4096 x 4096 float32 matrix closed over: 82 ms (the operator's array) to
-    # 480 ms (a closure's constant) per copy of `mv`.
+    # Fitted to a 4096 x 4096 float32 matrix closed over, as the operator's array
+    # and as a closure's constant, per copy of `mv`.
     compile_per_constant_byte: float = 3e-9
-    # From CG on the 2-D five-point stencil at n = 1024 and 4096 (`benchmarks.
-    # steady`'s operator), one site against inline.
+    # Fitted to CG on the 2-D five-point stencil at n = 1024 and 4096
+    # (`benchmarks.steady`'s operator), one site against inline.
     refresh_pass: float = 1.5e-6
     departure_margin: float = 1.0
     materialise_margin: float = 1.0

@@ -4,9 +4,8 @@ equation but one. For a `dot_general` between an unbatched array (a weight) and 
 batched one (the stacked vectors), `jax.vmap` keeps the batch axis where the
 surrounding elementwise equations put it (first), so `W @ x` becomes
 `X[k, n] . W[m, n]` contracting both last axes: on XLA:CPU a slow kernel at small
-k (2 GFLOP/s at k = 2, n = 256, against 8 for the matrix-vector products of the
-inline program) and a transposed copy of the weight at large n (10x the inline
-program at n = 1024, k = 4). Here the batched operand is laid out so that the
+k (slower than the inline program's matrix-vector products) and a transposed copy
+of the weight at large n. Here the batched operand is laid out so that the
 product is a plain matrix-matrix product with the weight in its own layout: the
 weight on the left when it is contracted on its last axes (`W @ X`, the batch axis
 last), on the right when on its first (`X @ W`, the batch axis first). Only the
