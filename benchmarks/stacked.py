@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 import lineax_dispatch as lxd
-from lineax_dispatch.program.rewrite import _rewrite
+from lineax_dispatch.program.rewrite import _rules
 
 from . import harness, program
 
@@ -70,7 +70,7 @@ def measure(n: int, layers: int, ks, calls: int, rolled: bool) -> dict:
             op = program._operator(weights, scales, n, policy)
             row[name] = _time(jit(program.independent), op, xs, calls=calls)
         if rolled:
-            with mock.patch.object(_rewrite, "plan_stack", lambda *a: None):
+            with mock.patch.object(_rules, "plan_stack", lambda *a: None):
                 op = program._operator(weights, scales, n, lxd.Roll())
                 f = lxd.jit(program.independent)
                 row["Roll, rolled"] = _time(f, op, xs, calls=calls)

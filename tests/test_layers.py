@@ -21,9 +21,10 @@ Imports run one way, from the bottom up:
     each for the others), `batch/`, `AutoSolver`, `PolicySolver`;
 10. `program/` (`lxd.jit`, `explain`), whose stages also run one way: arguments,
     errors and the trace's session (the recorder, and the jit-cache context),
-    `analyse/`, `_decide`, `_trace` (which traces again where the
-    decide stage finds solves better decided together), `rewrite/`, `_compiled`,
-    `_jit`, `_explain`;
+    `analyse/`, `rewrite/` (each policy's rule, registered by policy class, that
+    the decide stage picks and plans with), `_decide`, `_trace` (which traces
+    again where the decide stage finds solves better decided together),
+    `_compiled`, `_jit`, `_explain`;
 11. the package's `__init__`.
 
 A module may import its own layer or a lower one. An import upwards fails the
@@ -75,9 +76,9 @@ LAYERS = (
         ),
     ),
     ("program: analyse", ("lineax_dispatch.program.analyse",)),
+    ("program: rewrite", ("lineax_dispatch.program.rewrite",)),
     ("program: decide", ("lineax_dispatch.program._decide",)),
     ("program: trace", ("lineax_dispatch.program._trace",)),
-    ("program: rewrite", ("lineax_dispatch.program.rewrite",)),
     ("program: compiled", ("lineax_dispatch.program._compiled",)),
     ("program: jit", ("lineax_dispatch.program._jit",)),
     ("program: explain", ("lineax_dispatch.program._explain",)),

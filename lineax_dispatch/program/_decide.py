@@ -1,7 +1,7 @@
 """The decide stage of `lxd.jit`: each group of repeated calls in a traced program
-(`analyse/`) mapped to an `Action` (roll, materialise, outline, inline), the
-decision for each `Auto` operator kind's call sites, and the solves that are
-better decided together (one matrix build for k solves of one operator)."""
+(`analyse/`) mapped to an `Action` (a policy and its rule's plan,
+`rewrite/_rules.py`), the decision for each `Auto` operator kind's call sites,
+and the solves that are better decided together (one matrix build for k solves of one operator)."""
 
 import dataclasses
 from collections.abc import Mapping
@@ -13,7 +13,6 @@ import jax.tree_util as jtu
 from .._jaxpr import out_leaves
 from ..policies._lazy import Lazy
 from ..policies._materialise import Materialise
-from ..policies._outline import Outline
 from ..policies._roll import Roll
 from ..policies.calls._keys import is_leaf_array
 from ..policies.calls._marked import MARKED_NAME
@@ -32,31 +31,15 @@ from .analyse._groups import (
     substantial,
     transformation,
 )
-from .analyse._roll_plan import plan_roll
 from .analyse._solves import carried_layouts, rolling_pays
-from .analyse._stack_plan import plan_stack
-
-
-@dataclasses.dataclass
-class Action:
-    """What the rewrite does with a group's sites: `"roll"` its top-level sites (one
-    loop body, or one stacked call where they are independent), `"materialise"`
-    them (one matrix built before the first, a matrix product at each),
-    `"outline"` every site, at any depth (one out-of-line `mv`), or `"inline"` its
-    top-level sites (the callee's equations put in the program, as lineax's: no
-    call to lower and compile); with the build's chunk of columns and the number
-    of the call's inputs that are the operator's arrays (the rest are the vector's
-    leaves)."""
-
-    kind: str
-    batch_size: int | None = None
-    arrays: int = 0
+from .rewrite._rules import Action, planned, roll_plans, rule_of, RULES
 
 
 @dataclasses.dataclass
 class Plan:
     """What the decide stage makes of a traced program: the `Action` for each group
-    of repeated calls, keyed by `(name, id(callee))`; the `AutoGroup` (record,
+    of repeated calls, keyed by `(name, id(callee))` (the policy applied and its
+    rule's plan, `rewrite._rules`); the `AutoGroup` (record,
     group, decision, sites) of each `Auto` operator kind's call sites; and every
     decision of the trace, keyed by operator kind: its call sites', and its
     solves' (decided in the solver's `init`)."""
@@ -91,9 +74,9 @@ def decide_group(
     jaxpr: Any,
     arrays: int,
     transformation: str | None = None,
-) -> tuple[Decision, Decision | None]:
-    """The decision for an `Auto` operator kind's call sites in a program, and its
-    contender (`contender`).
+) -> tuple[Decision, Decision | None, dict[Any, Any]]:
+    """The decision for an `Auto` operator kind's call sites in a program, its
+    contender (`contender`), and the plans made to decide (`Roll`'s, by rule).
 
     **Arguments:**
 
@@ -110,16 +93,21 @@ def decide_group(
 
     **Returns:**
 
-    `(decision, contender)`: [`lineax_dispatch.Decision`][]s, the contender `None`
-    where there is none.
+    `(decision, contender, plans)`: [`lineax_dispatch.Decision`][]s, the
+    contender `None` where there is none; `plans`, `{rule: plan}` (`Roll`'s rule
+    and plan where it was considered), for the actions (`_action`).
     """
     operator = record.operator
     top_only = not group.nested
     policy = operator.policy
     rollable = top_only and len(group.sites) >= 2
-    stackable = rollable and plan_stack(jaxpr, group.sites) is not None
-    if rollable and not stackable and plan_roll(jaxpr, group.sites) is None:
-        rollable = False  # a value between the calls a loop cannot carry
+    plans: dict[Any, Any] = {}
+    stackable = False
+    if rollable:
+        stack, plans[RULES[Roll]] = roll_plans(jaxpr, group.sites)
+        stackable = stack is not None
+        # None of either: a value between the calls a loop cannot carry.
+        rollable = stackable or plans[RULES[Roll]] is not None
     observation = observe(
         operator,
         memory_budget=policy.budget(),
@@ -143,7 +131,7 @@ def decide_group(
             f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
             "matrix or an out-of-line call stands for the mv itself only)."
         )
-        return _with_contender(decision, rollable, model.margins(), policy)
+        return (*_with_contender(decision, rollable, model.margins(), policy), plans)
     if top_only and same_arrays(jaxpr, group, arrays):
         allowed.add("Materialise")
     if not rollable and group.call_sites >= 2:
@@ -152,7 +140,7 @@ def decide_group(
         # `mv` for all of them.
         allowed.add("Outline")
     decision = _restrict(decision, allowed, model.margins())
-    return _with_contender(decision, rollable, model.margins(), policy)
+    return (*_with_contender(decision, rollable, model.margins(), policy), plans)
 
 
 def contender(
@@ -248,6 +236,7 @@ def plan_program(closed: Any, active: Session) -> Plan:
     actions: dict[Any, Action] = {}
     autos: list[AutoGroup] = []
     contenders: dict[Any, AutoGroup] = {}
+    made_for: dict[Any, dict[Any, Any]] = {}
     auto_keys: list[Any] = []
     for key, group in find_groups(jaxpr).items():
         record = records.get(group.name)
@@ -259,31 +248,32 @@ def plan_program(closed: Any, active: Session) -> Plan:
             if not record.applies(group.callee):
                 how = transformation(record, group.callee)
             arrays = operator_arrays(record, group)
-            decision, other = decide_group(record, group, jaxpr, arrays, how)
+            decision, other, made = decide_group(record, group, jaxpr, arrays, how)
             sites = tuple(equation_site(e) for e in group.equations(jaxpr))
             autos.append(AutoGroup(record, group, decision, sites, how))
             auto_keys.append(key)
             if other is not None:
                 contenders[key] = AutoGroup(record, group, other, sites, how)
-            action = _action(decision.policy, group, arrays)
+                made_for[key] = made
+            action = _action(decision.policy, group, jaxpr, arrays, made)
             if action is not None:
                 actions[key] = action
         elif len(group.sites) < 2:
             continue
         elif group.name == MARKED_NAME:
-            actions[key] = Action("roll")  # a `Roll` operator's sites
+            actions[key] = planned(Roll(), jaxpr, group.sites)  # a `Roll` operator's
         elif not group.name.startswith(MARKED_NAME) and substantial(group.callee):
             # A repeated function of the user's. (Other marked calls are applied
             # inline: `Lazy` operators', or another `lxd.jit`'s.) Solves of cheap
             # `mv`s are cheaper to compile again than to roll.
             if rolling_pays(group.callee, len(group.sites)):
-                actions[key] = Action("roll")
+                actions[key] = planned(Roll(), jaxpr, group.sites)
     plan = Plan(actions, autos, _decisions(autos, active))
     if not contenders:
         return plan
     other_actions = dict(actions)
     for key, a in contenders.items():
-        action = _action(a.decision.policy, a.group, 0)
+        action = _action(a.decision.policy, a.group, jaxpr, 0, made_for[key])
         other_actions.pop(key, None)
         if action is not None:
             other_actions[key] = action
@@ -304,15 +294,18 @@ def _run_seconds(a: AutoGroup) -> float:
     return 0.0
 
 
-def _action(policy: Any, group: Group, arrays: int) -> Action | None:
-    """The action that applies `policy`, decided for `group`'s call sites."""
-    if isinstance(policy, Roll):
-        return Action("roll")
-    if isinstance(policy, Materialise):
-        return Action("materialise", policy.batch_size, arrays)
-    if isinstance(policy, Outline):
-        return Action("outline", arrays=arrays)
-    return Action("inline") if group.sites else None
+def _action(
+    policy: Any, group: Group, jaxpr: Any, arrays: int, made: dict[Any, Any]
+) -> Action | None:
+    """The action that applies `policy` to `group`'s call sites of `jaxpr`, with its
+    rule's plan: the one `made` when deciding (`decide_group`), else made now.
+    `None` for a rule of top-level sites where the group has none."""
+    rule = rule_of(policy)
+    if not group.sites and not rule.any_depth:
+        return None
+    if rule in made:
+        return Action(policy, made[rule], jaxpr, arrays)
+    return planned(policy, jaxpr, group.sites, arrays)
 
 
 def _decisions(autos: list[AutoGroup], active: Session) -> dict[Any, Decision]:

@@ -86,7 +86,7 @@ _MATERIALISE_MODEL = lxd.CostModel(compile_per_dot=10.0, outline_site=100.0)
 
 
 def test_jit_matches_jax_jit_and_builds_once(monkeypatch):
-    import lineax_dispatch.program.rewrite._rewrite as rewrite_module
+    import lineax_dispatch.program.rewrite._rules as rewrite_module
 
     fn, s = _chain()
     op = lxd.FunctionLinearOperator(

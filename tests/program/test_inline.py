@@ -40,7 +40,7 @@ def test_calls_put_inline_are_spliced_into_the_traced_program():
     that forward an input, a dropped output and a call's output read after it:
     a valid jaxpr computing what the program computes, with no call left (the
     callee's constants become the program's)."""
-    from lineax_dispatch.program.rewrite._rewrite import inlined_jaxpr
+    from lineax_dispatch.program.rewrite._inline import inlined_jaxpr
 
     shift = jnp.asarray(np.linspace(0.0, 1.0, 4))  # a constant of the callee
 

@@ -1,8 +1,8 @@
 """The program rewrite of `lxd.jit`: apply each group's action (see
-`program/_decide.py`) to the traced program: roll or stack its top-level call
-sites (`_roll_loop.py`, `_stack.py`), share one matrix between them
-(`_shared_matrix.py`), call one out-of-line `mv` from every site (`_outline_sites.py`),
-or put the calls inline. Each step gives a program (a `ClosedJaxpr`) again."""
+`program/_decide.py`) to the traced program through its policy's rule
+(`_rules.py`): `Outline`'s first, at every depth; then `Roll`'s and
+`Materialise`'s, one group per pass, largest first; then `Lazy`'s, all groups
+inline together. Each step gives a program (a `ClosedJaxpr`) again."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,43 +10,16 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
-from ..._compat import call_callee, weakly_typed
+from ..._compat import weakly_typed
 from ..._jaxpr import exact_specs
-from ...policies.calls._marked import is_marked
-from .._decide import Action
 from ..analyse._groups import find_groups
-from ..analyse._roll_plan import plan_roll
-from ..analyse._stack_plan import plan_stack
-from ._interpret import eval_eqns, read
-from ._outline_sites import outline_group
-from ._roll_loop import rolled_function
-from ._shared_matrix import materialised_function
-from ._stack import stacked_function
-
-
-def _apply(closed: Any, action: Action, sites: list[int], loop: str) -> Callable | None:
-    """The program with `action` (materialise or roll: outlined groups are done
-    first, by `rewrite_program`) applied to the calls at `sites`, or `None` where
-    it cannot be (the calls' inputs or the code between them do not allow it)."""
-    jaxpr = closed.jaxpr
-    if action.kind == "materialise":
-        return materialised_function(closed, sites, action.arrays, action.batch_size)
-    if len(sites) < 2:
-        return None
-    if is_marked(jaxpr.eqns[sites[0]]):
-        # An operator's independent sites run together (stacked: a linear map
-        # batches well); dependent ones, and the user's functions, rolled.
-        stack = plan_stack(jaxpr, sites)
-        if stack is not None:
-            return stacked_function(closed, stack)
-    plan = plan_roll(jaxpr, sites)
-    return None if plan is None else rolled_function(closed, plan, loop)
+from ._rules import Action, Phase
 
 
 def rewrite_program(
     closed: Any, actions: dict[Any, Action], loop: str = "scan"
 ) -> jex.ClosedJaxpr:
-    """`closed` with every group's action applied to its top-level call sites.
+    """`closed` with every group's action applied to its call sites.
 
     **Arguments:**
 
@@ -64,23 +37,26 @@ def rewrite_program(
     done: set = set()
     groups = find_groups(closed.jaxpr)
     for key, action in actions.items():
-        if action.kind == "outline" and key in groups:
-            # Every site, at any depth, through one out-of-line call; the
-            # equations stay where they are (a group rolled below is another's).
-            closed = outline_group(closed, groups[key].callee, action.arrays)
+        rule = action.rule
+        if rule.phase is Phase.FIRST and key in groups:
+            # Every site, at any depth; the equations stay where they are (a
+            # group rolled below is another's).
+            closed = rule.apply(closed, groups[key].callee, action)
             done.add(key)
     while True:
-        pending, inline = _pending(closed, actions, done)
+        pending, last = _pending(closed, actions, done)
         rewrite = None
         for key, sites in pending:
             done.add(key)
-            rewrite = _apply(closed, actions[key], sites, loop)
+            action = actions[key]
+            plan = action.plan_in(closed.jaxpr, sites)
+            rewrite = action.rule.apply(closed, sites, action, plan, loop)
             if rewrite is not None:
                 break
         if rewrite is None:
-            # The groups applied inline: last, together, in the program as it
-            # then is (not worth a trace of the rewritten program of their own).
-            return inlined_jaxpr(closed, inline) if inline else closed
+            # The groups applied last, together, in the program as it then is
+            # (not worth a trace of the rewritten program of their own).
+            return _apply_last(closed, actions, last)
         closed = traced_as(rewrite, closed)
         # Other groups may remain at the top level, and the calls to put inline:
         # look again in the rewritten program (groups whose sites were between
@@ -90,18 +66,29 @@ def rewrite_program(
 
 def _pending(
     closed: Any, actions: dict[Any, Action], done: set
-) -> tuple[list[tuple[Any, list[int]]], list[int]]:
-    """The groups of `closed`'s top level still to rewrite, largest first (their
-    loops take the code of the others in), and the sites of those applied inline."""
+) -> tuple[list[tuple[Any, list[int]]], list[tuple[Any, list[int]]]]:
+    """The groups of `closed`'s top level still to rewrite one per pass, largest
+    first (their loops take the code of the others in), and those applied last."""
     pending = [
         (key, group.sites)
         for key, group in find_groups(closed.jaxpr).items()
         if key in actions and key not in done and group.sites
     ]
-    inline = sorted(s for k, g in pending if actions[k].kind == "inline" for s in g)
-    pending = [item for item in pending if actions[item[0]].kind != "inline"]
+    last = [item for item in pending if actions[item[0]].rule.phase is Phase.LAST]
+    pending = [item for item in pending if actions[item[0]].rule.phase is Phase.EACH]
     pending.sort(key=lambda item: len(item[1]), reverse=True)
-    return pending, inline
+    return pending, last
+
+
+def _apply_last(closed: Any, actions: dict[Any, Action], last: list) -> Any:
+    """`closed` with the groups applied last, the sites of those of one rule
+    together (all `Lazy`'s: one inlining of the program)."""
+    by_rule: dict[Any, list[int]] = {}
+    for key, sites in last:
+        by_rule.setdefault(actions[key].rule, []).extend(sites)
+    for rule, sites in by_rule.items():
+        closed = rule.apply(closed, sorted(sites))
+    return closed
 
 
 def traced_as(run: Callable, closed: Any) -> jex.ClosedJaxpr:
@@ -140,70 +127,3 @@ def keep_weak_types(run: Callable, out_avals: Sequence[Any]) -> Callable:
         return [weakly_typed(x) if w else x for x, w in zip(outs, weak)]
 
     return kept
-
-
-def inlined_jaxpr(closed: Any, sites: Sequence[int]) -> jex.ClosedJaxpr:
-    """The program `closed` with the calls at `sites` (top-level indices) replaced
-    by their callees' equations, spliced in with fresh variables (as `jax.jit(...,
-    inline=True)` would have traced them); a callee's constants become constants
-    of the program.
-
-    **Arguments:**
-
-    - `closed`: the program, a `ClosedJaxpr`.
-    - `sites`: indices of calls at its top level.
-
-    **Returns:**
-
-    A `ClosedJaxpr` with `closed`'s inputs and outputs.
-    """
-    jaxpr = closed.jaxpr
-    inline = set(sites)
-    constvars, consts = list(jaxpr.constvars), list(closed.consts)
-    eqns: list = []
-
-    def rule(index: int, eqn: Any, invars: list) -> list:
-        if index in inline:
-            return _splice(call_callee(eqn), invars, eqns, constvars, consts)
-        changed = any(a is not b for a, b in zip(invars, eqn.invars))
-        eqns.append(eqn.replace(invars=invars) if changed else eqn)
-        return eqn.outvars
-
-    # Evaluated on atoms: each outer variable stands for itself, but a call's
-    # outputs, which stand for what its callee's equations computed.
-    env = {v: v for v in [*jaxpr.constvars, *jaxpr.invars]}
-    eval_eqns(jaxpr.eqns, env, _own_atom, rule)
-    outvars = [read(env, v, _same) for v in jaxpr.outvars]
-    spliced = jaxpr.replace(constvars=constvars, eqns=eqns, outvars=outvars)
-    return jex.ClosedJaxpr(spliced, consts)
-
-
-def _same(atom: Any) -> Any:
-    return atom
-
-
-def _own_atom(i: int, q: int, atom: Any) -> Any:
-    return atom
-
-
-def _splice(closed_callee, invars, eqns: list, constvars: list, consts: list):
-    """Appends to `eqns` the equations of a callee called on the atoms `invars`,
-    with fresh variables (its constants new constants of the program, appended to
-    `constvars` and `consts`); returns the atoms standing for its outputs."""
-    callee = closed_callee.jaxpr
-    env = dict(zip(callee.invars, invars))
-    for inner, value in zip(callee.constvars, closed_callee.consts):
-        env[inner] = jex.Var(inner.aval)
-        constvars.append(env[inner])
-        consts.append(value)
-
-    def fresh(i: int, eqn: Any, inner_invars: list) -> list:
-        outvars = [
-            jex.DropVar(v.aval) if isinstance(v, jex.DropVar) else jex.Var(v.aval)
-            for v in eqn.outvars
-        ]
-        eqns.append(eqn.replace(invars=inner_invars, outvars=outvars))
-        return outvars
-
-    eval_eqns(callee.eqns, env, _own_atom, fresh)
-    return [read(env, v, _same) for v in callee.outvars]

@@ -1,0 +1,172 @@
+"""The rewrite rule of each policy that `lxd.jit` applies to a program, registered
+by policy class (`RULES`), as `jax.experimental.checkify` registers one rule per
+primitive: how its plan for a group's call sites is made, when the rewrite
+applies it, and how. The decide stage picks a group's policy and makes an
+`Action` (the policy, its plan); the rewrite (`_rewrite.py`) applies each action
+through its policy's rule.
+
+- `Roll`: the top-level sites stacked into one batched call where they are
+  independent (`_stack.py`), else rolled into one loop body (`_roll_loop.py`).
+- `Materialise`: one matrix built before the first site, a matrix product at
+  each (`_shared_matrix.py`).
+- `Outline`: every site, at any depth, through one out-of-line `mv`
+  (`_outline_sites.py`).
+- `Lazy`: the top-level sites put inline (`_inline.py`)."""
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...policies._lazy import Lazy
+from ...policies._materialise import Materialise
+from ...policies._outline import Outline
+from ...policies._roll import Roll
+from ...policies.calls._marked import is_marked
+from ..analyse._roll_plan import plan_roll, RollPlan
+from ..analyse._stack_plan import plan_stack, StackPlan
+from ._inline import inlined_jaxpr
+from ._outline_sites import outline_group
+from ._roll_loop import rolled_function
+from ._shared_matrix import materialised_function
+from ._stack import stacked_function
+
+
+class Phase(enum.Enum):
+    """When the rewrite applies a rule: `FIRST`, to every site at any depth before
+    the others (the equations stay where they are); `EACH`, to one group's
+    top-level sites per pass, largest group first (its loop takes the code of the
+    others in); `LAST`, to all such groups' top-level sites together, in the
+    program as it then is."""
+
+    FIRST = 1
+    EACH = 2
+    LAST = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How the rewrite applies one policy to a group's call sites.
+
+    **Fields:**
+
+    - `phase`: when (`Phase`).
+    - `apply`: for `Phase.FIRST`, `(closed, callee, action) -> ClosedJaxpr`; for
+        `Phase.EACH`, `(closed, sites, action, plan, loop) -> function of the
+        program's flat inputs, or None` where it cannot apply; for `Phase.LAST`,
+        `(closed, sites) -> ClosedJaxpr`.
+    - `plan`: `(jaxpr, sites) -> plan` for the top-level calls at `sites` of a
+        program's `jaxpr` (`None`: no plan for those sites, the rule does not
+        apply), for a rule whose application depends on the code around them.
+    - `any_depth`: whether it applies to sites in loop bodies, branches and other
+        calls too (else a group without top-level sites gets no action).
+    """
+
+    phase: Phase
+    apply: Callable[..., Any]
+    plan: Callable[[Any, Sequence[int]], Any] | None = None
+    any_depth: bool = False
+
+
+def rolled_plan(
+    jaxpr: Any, sites: Sequence[int], stack: StackPlan | None
+) -> StackPlan | RollPlan | None:
+    """`Roll`'s plan for the calls at `sites` given their `stack` plan
+    (`plan_stack`): an operator's independent sites stacked (a linear map batches
+    well); dependent ones, and the user's functions, rolled (`plan_roll`).
+    `None` where neither applies."""
+    if len(sites) < 2:
+        return None
+    if stack is not None and is_marked(jaxpr.eqns[sites[0]]):
+        return stack
+    return plan_roll(jaxpr, sites)
+
+
+def roll_plans(jaxpr: Any, sites: Sequence[int]) -> tuple[StackPlan | None, Any]:
+    """The calls at `sites` (two or more top-level calls of one computation)
+    planned for `Roll` at the decide stage: `(their stack plan, Roll's plan)`."""
+    stack = plan_stack(jaxpr, sites)
+    return stack, rolled_plan(jaxpr, sites, stack)
+
+
+def _roll_plan(jaxpr: Any, sites: Sequence[int]) -> StackPlan | RollPlan | None:
+    marked = len(sites) >= 2 and is_marked(jaxpr.eqns[sites[0]])
+    return rolled_plan(jaxpr, sites, plan_stack(jaxpr, sites) if marked else None)
+
+
+def _roll(closed: Any, sites: Sequence[int], action: "Action", plan: Any, loop: str):
+    if plan is None:
+        return None
+    if isinstance(plan, StackPlan):
+        return stacked_function(closed, plan)
+    return rolled_function(closed, plan, loop)
+
+
+def _materialise(closed: Any, sites, action: "Action", plan: Any, loop: str):
+    batch_size = action.policy.batch_size
+    return materialised_function(closed, sites, action.arrays, batch_size)
+
+
+def _outline(closed: Any, callee: Any, action: "Action") -> Any:
+    return outline_group(closed, callee, action.arrays)
+
+
+RULES: dict[type, Rule] = {
+    Roll: Rule(Phase.EACH, _roll, plan=_roll_plan),
+    Materialise: Rule(Phase.EACH, _materialise),
+    Outline: Rule(Phase.FIRST, _outline, any_depth=True),
+    Lazy: Rule(Phase.LAST, inlined_jaxpr),
+}
+
+
+def rule_of(policy: Any) -> Rule:
+    """The rule registered for `policy`'s class or its nearest base class; `Lazy`'s
+    (the sites put inline) for a policy with none."""
+    for cls in type(policy).__mro__:
+        if cls in RULES:
+            return RULES[cls]
+    return RULES[Lazy]
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """What the rewrite does with a group's call sites: apply `policy` through its
+    rule (`rule_of`), with the plan made for them at the decide stage.
+
+    **Fields:**
+
+    - `policy`: the policy applied (`Roll()` for a `Roll` operator's sites and the
+        user's repeated functions).
+    - `plan`: its rule's plan for the group's top-level sites in `planned_on`
+        (`None` where the rule makes none, or where it does not apply there).
+    - `planned_on`: the program (a `jax.extend.core.Jaxpr`) the plan was made
+        for; once an earlier rewrite changed the program, the rewrite makes the
+        plan again for the sites where they then are (`plan_in`).
+    - `arrays`: how many of the call's inputs are the operator's arrays (the rest
+        are the vector's leaves).
+    """
+
+    policy: Any
+    plan: Any = None
+    planned_on: Any = None
+    arrays: int = 0
+
+    @property
+    def rule(self) -> Rule:
+        return rule_of(self.policy)
+
+    def plan_in(self, jaxpr: Any, sites: Sequence[int]) -> Any:
+        """The plan for the calls at `sites` of `jaxpr`: the one carried where
+        `jaxpr` is the program it was made for, else made again."""
+        if jaxpr is self.planned_on:
+            return self.plan
+        make = self.rule.plan
+        return None if make is None else make(jaxpr, sites)
+
+
+def planned(policy: Any, jaxpr: Any, sites: Sequence[int], arrays: int = 0) -> Action:
+    """The action applying `policy` to the top-level calls at `sites` of `jaxpr`,
+    its rule's plan for them made now."""
+    make = rule_of(policy).plan
+    plan = None if make is None else make(jaxpr, sites)
+    return Action(policy, plan, jaxpr, arrays)
