@@ -271,17 +271,19 @@ def plan_program(closed: Any, active: Session) -> Plan:
     plan = Plan(actions, autos, _decisions(autos, active))
     if not contenders:
         return plan
+    decided = dict(zip(auto_keys, autos))
     other_actions = dict(actions)
     for key, a in contenders.items():
         action = _action(a.decision.policy, a.group, jaxpr, 0, made_for[key])
         other_actions.pop(key, None)
         if action is not None:
             other_actions[key] = action
-    other_autos = [contenders.get(k, a) for k, a in zip(auto_keys, autos)]
-    other = Plan(other_actions, other_autos, _decisions(other_autos, active))
-    raced = [(autos[auto_keys.index(k)], a) for k, a in contenders.items()]
-    other.run_seconds = sum(_run_seconds(a) for _, a in raced)
-    run_seconds = sum(_run_seconds(a) for a, _ in raced)
+    other_autos = [contenders.get(k, a) for k, a in decided.items()]
+    other_runs = sum(_run_seconds(a) for a in contenders.values())
+    other = Plan(
+        other_actions, other_autos, _decisions(other_autos, active), None, other_runs
+    )
+    run_seconds = sum(_run_seconds(decided[k]) for k in contenders)
     return dataclasses.replace(plan, contender=other, run_seconds=run_seconds)
 
 
