@@ -171,6 +171,12 @@ def holds_entries(operator: lx.AbstractLinearOperator) -> bool:
     return isinstance(operator, EXPLICIT_OPERATORS)
 
 
+def banded(operator: lx.AbstractLinearOperator) -> bool:
+    """Whether lineax materialises `operator` to its bands, through `mv`: no dense
+    matrix."""
+    return lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
+
+
 def _joint_policy(
     left: lx.AbstractLinearOperator, right: lx.AbstractLinearOperator
 ) -> AbstractPolicy:
@@ -411,7 +417,7 @@ def rebuild(
 ) -> AbstractDispatchOperator:
     """The operator of ours of the same kind as the lineax `operator`, carrying
     `policy`, its operands mapped by `child`. Each module of operators registers
-    its classes here (`@rebuild.register(lx.X)`), beside their definitions."""
+    its classes here (`rebuild_as`), beside their definitions."""
     raise TypeError(
         "`operator` must be one of lineax's concrete operators (Matrix, PyTree, "
         "Diagonal, Tridiagonal, Identity, Function, Jacobian, Tagged, Add, Mul, Div, "
@@ -419,38 +425,40 @@ def rebuild(
     )
 
 
-@rebuild.register(lx.TaggedLinearOperator)
-def _(operator, policy, child):
-    return TaggedLinearOperator(child(operator.operator), operator.tags, policy=policy)
+def rebuild_as(
+    lineax_class: type,
+    ours: type,
+    *fields: str | Callable[[Any], Any],
+    operands: tuple[str, ...] = (),
+    **keywords: Any,
+) -> None:
+    """Registers `rebuild` for `lineax_class`: `ours(*operands, *fields,
+    **keywords, policy=policy)`, each operand and field read from the lineax
+    operator (a field given as a function is called with it), the operands mapped
+    by `child`."""
+
+    def make(operator, policy, child):
+        arguments = [child(getattr(operator, name)) for name in operands]
+        arguments += [
+            f(operator) if callable(f) else getattr(operator, f) for f in fields
+        ]
+        return ours(*arguments, **keywords, policy=policy)
+
+    rebuild.register(lineax_class)(make)
 
 
-@rebuild.register(lx.AddLinearOperator)
-def _(operator, policy, child):
-    return AddLinearOperator(
-        child(operator.operator1), child(operator.operator2), policy=policy
-    )
-
-
-@rebuild.register(lx.ComposedLinearOperator)
-def _(operator, policy, child):
-    return ComposedLinearOperator(
-        child(operator.operator1), child(operator.operator2), policy=policy
-    )
-
-
-@rebuild.register(lx.MulLinearOperator)
-def _(operator, policy, child):
-    return MulLinearOperator(child(operator.operator), operator.scalar, policy=policy)
-
-
-@rebuild.register(lx.DivLinearOperator)
-def _(operator, policy, child):
-    return DivLinearOperator(child(operator.operator), operator.scalar, policy=policy)
-
-
-@rebuild.register(lx.NegLinearOperator)
-def _(operator, policy, child):
-    return NegLinearOperator(child(operator.operator), policy=policy)
+rebuild_as(
+    lx.TaggedLinearOperator, TaggedLinearOperator, "tags", operands=("operator",)
+)
+rebuild_as(lx.AddLinearOperator, AddLinearOperator, operands=("operator1", "operator2"))
+rebuild_as(
+    lx.ComposedLinearOperator,
+    ComposedLinearOperator,
+    operands=("operator1", "operator2"),
+)
+rebuild_as(lx.MulLinearOperator, MulLinearOperator, "scalar", operands=("operator",))
+rebuild_as(lx.DivLinearOperator, DivLinearOperator, "scalar", operands=("operator",))
+rebuild_as(lx.NegLinearOperator, NegLinearOperator, operands=("operator",))
 
 
 def with_policy(
@@ -481,11 +489,7 @@ def with_policy(
         ```
     """
     check_policy(policy)
-    if not isinstance(operator, lx.AbstractLinearOperator):
-        raise TypeError(
-            "`operator` must be a lineax AbstractLinearOperator; got "
-            f"{type(operator).__name__}"
-        )
+    _operator(operator, "operator")
     return rebuild(operator, policy, lambda op: with_policy(op, policy))
 
 
@@ -521,9 +525,14 @@ def adopt(
     return rebuild(operator, policy, child)
 
 
+def operands_of(operator: lx.AbstractLinearOperator) -> list[lx.AbstractLinearOperator]:
+    """The operators `operator` holds (a composite's operands)."""
+    return [
+        v for v in vars(operator).values() if isinstance(v, lx.AbstractLinearOperator)
+    ]
+
+
 def _plain_children(operator: AbstractDispatchOperator) -> bool:
-    return any(
-        isinstance(value, lx.AbstractLinearOperator)
-        and not isinstance(value, AbstractDispatchOperator)
-        for value in vars(operator).values()
+    return not all(
+        isinstance(v, AbstractDispatchOperator) for v in operands_of(operator)
     )

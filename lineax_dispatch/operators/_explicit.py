@@ -2,6 +2,7 @@
 identity."""
 
 from collections.abc import Iterable
+from operator import methodcaller
 
 import jax
 import jax.lax as lax
@@ -9,7 +10,7 @@ import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree, Shaped
 
 from ..policies import AbstractPolicy
-from ._dispatch_operator import AbstractDispatchOperator, rebuild
+from ._dispatch_operator import AbstractDispatchOperator, rebuild_as
 from ._sharding import matrix_vector_shardings, sharded_matvec
 
 
@@ -232,35 +233,25 @@ class IdentityLinearOperator(AbstractDispatchOperator, lx.IdentityLinearOperator
         self._set_policy(policy)
 
 
-@rebuild.register(lx.MatrixLinearOperator)
-def _(operator, policy, child):
-    return MatrixLinearOperator(operator.matrix, operator.tags, policy=policy)
-
-
-@rebuild.register(lx.PyTreeLinearOperator)
-def _(operator, policy, child):
-    return PyTreeLinearOperator(
-        operator.pytree, operator.out_structure(), operator.tags, policy=policy
-    )
-
-
-@rebuild.register(lx.DiagonalLinearOperator)
-def _(operator, policy, child):
-    return DiagonalLinearOperator(operator.diagonal, policy=policy)
-
-
-@rebuild.register(lx.TridiagonalLinearOperator)
-def _(operator, policy, child):
-    return TridiagonalLinearOperator(
-        operator.diagonal,
-        operator.lower_diagonal,
-        operator.upper_diagonal,
-        policy=policy,
-    )
-
-
-@rebuild.register(lx.IdentityLinearOperator)
-def _(operator, policy, child):
-    return IdentityLinearOperator(
-        operator.in_structure(), operator.out_structure(), policy=policy
-    )
+rebuild_as(lx.MatrixLinearOperator, MatrixLinearOperator, "matrix", "tags")
+rebuild_as(
+    lx.PyTreeLinearOperator,
+    PyTreeLinearOperator,
+    "pytree",
+    methodcaller("out_structure"),
+    "tags",
+)
+rebuild_as(lx.DiagonalLinearOperator, DiagonalLinearOperator, "diagonal")
+rebuild_as(
+    lx.TridiagonalLinearOperator,
+    TridiagonalLinearOperator,
+    "diagonal",
+    "lower_diagonal",
+    "upper_diagonal",
+)
+rebuild_as(
+    lx.IdentityLinearOperator,
+    IdentityLinearOperator,
+    methodcaller("in_structure"),
+    methodcaller("out_structure"),
+)

@@ -1,6 +1,7 @@
 """Matrix-free operators: a linear function, or the Jacobian of a function."""
 
 from collections.abc import Callable, Iterable
+from operator import methodcaller
 from typing import Any, Literal
 
 import equinox as eqx
@@ -10,12 +11,55 @@ import lineax as lx
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from ..policies import AbstractPolicy
-from ._dispatch_operator import AbstractDispatchOperator, rebuild
+from ._dispatch_operator import AbstractDispatchOperator, rebuild_as
 from ._sharding import as_stated
 from ._vector_structure import flat_structure, FlatStructure, recorded_output_structure
 
 
-class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator):
+class _MatrixFree(AbstractDispatchOperator):
+    """The output structure of a function's operator, known from construction:
+    the one equinox recorded where lineax closure-converted the function by
+    tracing it, otherwise lineax's abstract evaluation of the function, done once
+    at construction (as lineax does there for an operator tagged symmetric).
+    lineax's evaluates an untagged operator's function when first asked, inside
+    its first solve: a third trace of the user's code in a jitted solve."""
+
+    output_structure: FlatStructure = eqx.field(static=True)
+
+    def _set_output_structure(self, *arguments: Any) -> None:
+        # Called from each concrete `__init__`, with `fn`'s arguments.
+        fn = self.fn  # pyright: ignore[reportAttributeAccessIssue]
+        recorded = recorded_output_structure(fn)
+        if recorded is None:
+            recorded = flat_structure(eqx.filter_eval_shape(fn, *arguments))
+        self.output_structure = recorded
+
+    def out_structure(self) -> PyTree[jax.ShapeDtypeStruct]:
+        """The output structure, known from construction (see the class).
+
+        **Returns:**
+
+        A PyTree of `jax.ShapeDtypeStruct`s.
+        """
+        leaves, treedef = self.output_structure
+        return jtu.tree_unflatten(treedef, leaves)
+
+    def raw_mv(self, vector: PyTree[Array]) -> PyTree[Array]:
+        """The function applied to `vector`, its output sharded as `out_structure()`
+        states (see `lineax_dispatch.operators._sharding.as_stated`).
+
+        **Arguments:**
+
+        - `vector`: a PyTree matching `self.in_structure()`.
+
+        **Returns:**
+
+        A PyTree matching `self.out_structure()`.
+        """
+        return as_stated(super().raw_mv(vector), self.out_structure())
+
+
+class FunctionLinearOperator(_MatrixFree, lx.FunctionLinearOperator):
     """[`lineax.FunctionLinearOperator`][] carrying a policy.
 
     This is where policies matter most: `fn` may be expensive to compile and to
@@ -31,8 +75,6 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         y = op.mv(jnp.ones(3, jnp.float32))
         ```
     """
-
-    output_structure: FlatStructure = eqx.field(static=True)
 
     def __init__(
         self,
@@ -57,45 +99,11 @@ class FunctionLinearOperator(AbstractDispatchOperator, lx.FunctionLinearOperator
         lx.FunctionLinearOperator.__init__(
             self, fn, input_structure, tags, closure_convert
         )
-        recorded = recorded_output_structure(self.fn)
-        if recorded is None:
-            recorded = flat_structure(
-                eqx.filter_eval_shape(self.fn, self.in_structure())
-            )
-        self.output_structure = recorded
+        self._set_output_structure(self.in_structure())
         self._set_policy(policy)
 
-    def out_structure(self) -> PyTree[jax.ShapeDtypeStruct]:
-        """The output structure, known from construction: the one equinox recorded
-        where lineax closure-converted the function by tracing it, otherwise
-        lineax's abstract evaluation of the function, done once at construction
-        (as lineax does there for an operator tagged symmetric). lineax's
-        evaluates an untagged operator's function when first asked, inside its
-        first solve: a third trace of the user's code in a jitted solve.
 
-        **Returns:**
-
-        A PyTree of `jax.ShapeDtypeStruct`s.
-        """
-        leaves, treedef = self.output_structure
-        return jtu.tree_unflatten(treedef, leaves)
-
-    def raw_mv(self, vector: PyTree[Array]) -> PyTree[Array]:
-        """The function applied to `vector`, its output sharded as `out_structure()`
-        states (see `lineax_dispatch.operators._sharding.as_stated`).
-
-        **Arguments:**
-
-        - `vector`: a PyTree matching `self.in_structure()`.
-
-        **Returns:**
-
-        A PyTree matching `self.out_structure()`.
-        """
-        return as_stated(super().raw_mv(vector), self.out_structure())
-
-
-class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator):
+class JacobianLinearOperator(_MatrixFree, lx.JacobianLinearOperator):
     """[`lineax.JacobianLinearOperator`][] carrying a policy: the Jacobian
     `d(fn)/dx` of a function at a point, applied matrix-free by forward- or
     reverse-mode autodiff.
@@ -108,8 +116,6 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         y = op.mv(jnp.ones(2))  # 3 cos(x)
         ```
     """
-
-    output_structure: FlatStructure = eqx.field(static=True)
 
     def __init__(
         self,
@@ -137,57 +143,21 @@ class JacobianLinearOperator(AbstractDispatchOperator, lx.JacobianLinearOperator
         lx.JacobianLinearOperator.__init__(
             self, fn, x, args, tags, jac, closure_convert
         )
-        recorded = recorded_output_structure(self.fn)
-        if recorded is None:
-            recorded = flat_structure(eqx.filter_eval_shape(self.fn, self.x, self.args))
-        self.output_structure = recorded
+        self._set_output_structure(self.x, self.args)
         self._set_policy(policy)
 
-    def out_structure(self) -> PyTree[jax.ShapeDtypeStruct]:
-        """The output structure, as
-        [`lineax_dispatch.FunctionLinearOperator.out_structure`][].
 
-        **Returns:**
-
-        A PyTree of `jax.ShapeDtypeStruct`s.
-        """
-        leaves, treedef = self.output_structure
-        return jtu.tree_unflatten(treedef, leaves)
-
-    def raw_mv(self, vector: PyTree[Array]) -> PyTree[Array]:
-        """The function applied to `vector`, its output sharded as `out_structure()`
-        states (see `lineax_dispatch.operators._sharding.as_stated`).
-
-        **Arguments:**
-
-        - `vector`: a PyTree matching `self.in_structure()`.
-
-        **Returns:**
-
-        A PyTree matching `self.out_structure()`.
-        """
-        return as_stated(super().raw_mv(vector), self.out_structure())
-
-
-@rebuild.register(lx.FunctionLinearOperator)
-def _(operator, policy, child):
-    return FunctionLinearOperator(
-        operator.fn,
-        operator.in_structure(),
-        operator.tags,
-        closure_convert=False,
-        policy=policy,
-    )
-
-
-@rebuild.register(lx.JacobianLinearOperator)
-def _(operator, policy, child):
-    return JacobianLinearOperator(
-        operator.fn,
-        operator.x,
-        operator.args,
-        operator.tags,
-        operator.jac,
-        closure_convert=False,
-        policy=policy,
-    )
+rebuild_as(
+    lx.FunctionLinearOperator,
+    FunctionLinearOperator,
+    "fn",
+    methodcaller("in_structure"),
+    "tags",
+    closure_convert=False,
+)
+rebuild_as(
+    lx.JacobianLinearOperator,
+    JacobianLinearOperator,
+    *("fn", "x", "args", "tags", "jac"),
+    closure_convert=False,
+)

@@ -49,7 +49,13 @@ from ..policies._memory import (
     itemsize,
     policy_in_force,
 )
-from ._dispatch_operator import AbstractDispatchOperator, adopt, holds_entries
+from ._dispatch_operator import (
+    AbstractDispatchOperator,
+    adopt,
+    banded,
+    holds_entries,
+    operands_of,
+)
 from ._sharding import sharded_structure
 
 
@@ -67,28 +73,17 @@ def _lineax_implementation(
     raise TypeError(f"{type(operator).__name__} subclasses no lineax operator")
 
 
-def _banded(operator: lx.AbstractLinearOperator) -> bool:
-    # lineax materialises these to their bands, through `mv`: no dense matrix.
-    return lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
-
-
-def _operands(operator: lx.AbstractLinearOperator) -> list[lx.AbstractLinearOperator]:
-    return [
-        v for v in vars(operator).values() if isinstance(v, lx.AbstractLinearOperator)
-    ]
-
-
 def _check_plain_operands(
     operator: lx.AbstractLinearOperator, policy: Any, what: str
 ) -> None:
     """Checks the dense matrix of each matrix-free plain lineax operand (reached
     through plain lineax nodes) against `policy`'s budget; operands of ours check
     their own, under the budget in force."""
-    for operand in _operands(operator):
+    for operand in operands_of(operator):
         if isinstance(operand, AbstractDispatchOperator):
             continue
         if isinstance(operand, _MATRIX_FREE):
-            if not _banded(operand):
+            if not banded(operand):
                 check_dense_budget(operand, policy, what=what)
         else:
             _check_plain_operands(operand, policy, what)
@@ -98,7 +93,7 @@ def _check_plain_operands(
 def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator:
     what = "`materialise`"
     if isinstance(operator, _MATRIX_FREE):
-        if not _banded(operator):
+        if not banded(operator):
             check_dense_budget(operator, operator.policy, what=what)
     elif not holds_entries(operator):
         _check_plain_operands(operator, operator.policy, what)

@@ -7,7 +7,7 @@ from jaxtyping import Array, Shaped
 
 from ..policies import AbstractPolicy, default_policy
 from ..policies._memory import check_dense_budget
-from ._dispatch_operator import AbstractDispatchOperator, adopt, holds_entries
+from ._dispatch_operator import AbstractDispatchOperator, adopt, banded, holds_entries
 from ._function import FunctionLinearOperator, JacobianLinearOperator
 
 
@@ -46,8 +46,7 @@ def materialise(operator: lx.AbstractLinearOperator) -> AbstractDispatchOperator
         ```
     """
     policy = _policy_of(operator)
-    banded = lx.is_diagonal(operator) or lx.is_tridiagonal(operator)
-    if not (holds_entries(operator) or banded):
+    if not (holds_entries(operator) or banded(operator)):
         check_dense_budget(operator, policy, what="`materialise`")
     return adopt(lx.materialise(operator), policy)
 

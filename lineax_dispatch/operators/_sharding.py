@@ -137,8 +137,8 @@ def _order(sharding: NamedSharding, entry: Any) -> int:
 
 
 def _rows_and_columns(sharding: NamedSharding) -> tuple[Any, Any]:
-    spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
-    return spec[0], spec[1]
+    rows, columns = _padded(sharding.spec, 2)
+    return rows, columns
 
 
 def replicated_like(x: Any, ndim: int = 0) -> NamedSharding | None:
