@@ -28,16 +28,22 @@ from jax.interpreters import ad as _ad, batching as _batching, mlir as _mlir
 # `hashable_partition(tree, filter_fn) -> (dynamic, (static, treedef))` splits a
 # pytree's leaves (hashable static part); `hashable_combine` rebuilds the tree.
 
+
+def _changed(what: str, package: str = "JAX") -> ImportError:
+    """The error where `package` no longer has `what` this module reads."""
+    return ImportError(
+        f"lineax_dispatch: {what}; update `lineax_dispatch/_compat.py` for this "
+        f"{package} version."
+    )
+
+
 # The default of `lineax.linear_solve`'s `state` ("no state: run `solver.init`"),
 # read from its public signature rather than imported from
 # `lineax._custom_types.sentinel`: lineax compares `state == sentinel`, so a
 # wrapper must pass on this very object.
 sentinel: Any = inspect.signature(lx.linear_solve).parameters["state"].default
 if sentinel is inspect.Parameter.empty:  # pragma: no cover - lineax changed
-    raise ImportError(
-        "lineax_dispatch: `lineax.linear_solve` has no default for `state`; "
-        "update `lineax_dispatch/_compat.py` for this lineax version."
-    )
+    raise _changed("`lineax.linear_solve` has no default for `state`", "lineax")
 
 
 def traced_consts(traced: Any) -> tuple:
@@ -47,10 +53,7 @@ def traced_consts(traced: Any) -> tuple:
     none."""
     consts = getattr(traced, "_consts", None)
     if consts is None:  # pragma: no cover - JAX changed
-        raise ImportError(
-            "lineax_dispatch: `jax.stages.Traced` has no `_consts`; update "
-            "`lineax_dispatch/_compat.py` for this JAX version."
-        )
+        raise _changed("`jax.stages.Traced` has no `_consts`")
     return tuple(consts)
 
 
@@ -217,10 +220,7 @@ def outlined_call(eqn: Any) -> Any:
     if XLA_OUTLINE is None:  # pragma: no cover - guarded by the callers
         raise RuntimeError("this JAX has no `jax.Inline.XLA_LATE`.")
     if "inline" not in eqn.params:  # pragma: no cover - JAX changed
-        raise ImportError(
-            "lineax_dispatch: a `jit` equation has no `inline` parameter; update "
-            "`lineax_dispatch/_compat.py` for this JAX version."
-        )
+        raise _changed("a `jit` equation has no `inline` parameter")
     return eqn.replace(params={**eqn.params, "inline": XLA_OUTLINE})
 
 
@@ -243,10 +243,8 @@ def scan_counts(eqn: Any) -> tuple[int, int]:
         return int(params["num_consts"]), int(params["num_carry"])
     ft_in = params.get("ft_in")
     if ft_in is None:  # pragma: no cover - JAX changed
-        raise ImportError(
-            "lineax_dispatch: a `scan` equation has neither `num_consts` / "
-            "`num_carry` nor `ft_in`; update `lineax_dispatch/_compat.py` for this "
-            "JAX version."
+        raise _changed(
+            "a `scan` equation has neither `num_consts` / `num_carry` nor `ft_in`"
         )
     consts, carry, _ = ft_in.update(list(range(len(eqn.invars)))).unpack()
     return len(list(consts)), len(list(carry))

@@ -7,46 +7,39 @@ import numbers
 from typing import Any
 
 import jax
-import jax.core
 import lineax as lx
 import numpy as np
 
-
-def _is_traced(value: Any) -> bool:
-    return isinstance(value, jax.core.Tracer)
+from ._compat import is_tracer
 
 
 def _describe(value: Any) -> str:
     return f"{value!r} of type {type(value).__name__}"
 
 
+def _as_number(value: Any, numbers_of: type, dtypes: tuple, convert: Any) -> Any:
+    # `convert(value)` for a Python or NumPy number of `numbers_of`, or a 0-d
+    # array (not traced) of one of `dtypes`; never a bool; else `None`.
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, numbers_of):
+        return convert(value)
+    if isinstance(value, (np.ndarray, jax.Array)) and not is_tracer(value):
+        if value.shape == () and any(np.issubdtype(value.dtype, d) for d in dtypes):
+            return convert(value)
+    return None
+
+
 def as_int(value: Any) -> int | None:
     """`value` as a Python int if it is an integer (Python, NumPy or a 0-d integer
     array; not a bool), else `None`."""
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, (np.ndarray, jax.Array)) and not _is_traced(value):
-        if value.shape == () and np.issubdtype(value.dtype, np.integer):
-            return int(value)
-    return None
+    return _as_number(value, numbers.Integral, (np.integer,), int)
 
 
 def as_real(value: Any) -> float | None:
     """`value` as a Python float if it is a real number (Python, NumPy or a 0-d real
     array; not a bool), else `None`."""
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, (np.ndarray, jax.Array)) and not _is_traced(value):
-        if value.shape == () and (
-            np.issubdtype(value.dtype, np.integer)
-            or np.issubdtype(value.dtype, np.floating)
-        ):
-            return float(value)
-    return None
+    return _as_number(value, numbers.Real, (np.integer, np.floating), float)
 
 
 def check_positive_int(value: Any, name: str, *, allow_none: bool = False) -> Any:
@@ -64,7 +57,7 @@ def check_positive_int(value: Any, name: str, *, allow_none: bool = False) -> An
 def check_tolerance(value: Any, name: str) -> Any:
     """A finite non-negative real number (or a traced scalar, which cannot be
     checked here); otherwise a `ValueError` naming `name`."""
-    if _is_traced(value):
+    if is_tracer(value):
         return value
     number = as_real(value)
     if number is None:

@@ -21,6 +21,7 @@ class HashedKey:
 
     def __init__(self, value: Any):
         self.value = value
+        self._compared = value  # what `==` compares
         self._hash = hash(value)
 
     def __hash__(self) -> int:
@@ -30,7 +31,7 @@ class HashedKey:
         return self is other or (
             type(other) is type(self)
             and self._hash == other._hash
-            and self.value == other.value
+            and self._compared == other._compared
         )
 
 
@@ -98,17 +99,7 @@ class StaticKey(HashedKey):
         except TypeError:  # an unhashable leaf: by identity (found only then)
             exact = (tuple(hashable_leaf(leaf) for leaf in exact[0]), treedef)
             self._hash = hash(exact)
-        self._exact = exact
-
-    def __eq__(self, other: Any) -> bool:
-        return self is other or (
-            type(other) is type(self)
-            and self._hash == other._hash
-            and self._exact == other._exact
-        )
-
-    def __hash__(self) -> int:
-        return self._hash
+        self._compared = exact
 
 
 def operator_key(operator: lx.AbstractLinearOperator) -> Any:

@@ -119,8 +119,7 @@ def recording(recorder: Recorder) -> Iterator[None]:
         _RECORDER.reset(token)
 
 
-@contextlib.contextmanager
-def own_code() -> Iterator[None]:
+def own_code() -> ContextManager[None]:
     """Runs this package's own code (a solver's loop) under the default jit-cache
     context, so that the jits it calls (`jax.numpy`'s own, such as `jnp.where`) reuse
     their traces from earlier programs instead of being traced afresh for each
@@ -128,24 +127,15 @@ def own_code() -> Iterator[None]:
     preconditioner's `mv`) goes through `user_code`, which restores the trace's
     context. Outside `lxd.jit` and `lxd.explain` it does nothing."""
     active = _RECORDER.get()
-    if active is None:
-        yield
-        return
-    with active.own_code():
-        yield
+    return contextlib.nullcontext() if active is None else active.own_code()
 
 
-@contextlib.contextmanager
-def user_code() -> Iterator[None]:
+def user_code() -> ContextManager[None]:
     """Inside `own_code`: the trace's own jit-cache context again, for the user's
     code (whose nested jits may apply `Auto` operators, which must be traced for
     this program). Elsewhere it does nothing."""
     active = _RECORDER.get()
-    if active is None:
-        yield
-        return
-    with active.user_code():
-        yield
+    return contextlib.nullcontext() if active is None else active.user_code()
 
 
 def record_solver_choice(
@@ -201,10 +191,7 @@ def solve_hint(key: Any) -> int:
 
     A positive int.
     """
-    active = _RECORDER.get()
-    if active is None or not active.hints:
-        return 1
-    return int(active.hints.solves.get((user_site(), key), 1))
+    return int(_hint("solves", key))
 
 
 def layout_hint(key: Any) -> float:
@@ -221,7 +208,12 @@ def layout_hint(key: Any) -> float:
 
     A positive float.
     """
+    return float(_hint("layouts", key))
+
+
+def _hint(kind: str, key: Any) -> Any:
+    # The hint of `Hints.<kind>` for `key` at the current user line, 1 if none.
     active = _RECORDER.get()
     if active is None or not active.hints:
-        return 1.0
-    return float(active.hints.layouts.get((user_site(), key), 1.0))
+        return 1
+    return getattr(active.hints, kind).get((user_site(), key), 1)
