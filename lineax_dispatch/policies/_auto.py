@@ -11,7 +11,7 @@ from .._jaxpr import out_leaves
 from .._validate import check_positive_real
 from ._eager import compiled_mv
 from ._memory import optional_budget, resolve_budget
-from ._outline import outline_runs_here
+from ._outline import Outline, outline_runs_here
 from ._policy_interface import AbstractPolicy
 from .calls._marked import inline_mv, marked_mv, mv_parts, outline_mv
 from .calls._recorder import current_recorder
@@ -246,7 +246,7 @@ class Auto(AbstractPolicy):
             dynamic, key = parts
             traced = inline_mv.trace((key, current_scope()), dynamic, vector)
             decision = self.unseen_decision(operator, traced.jaxpr)
-            if decision.strategy == "Outline":
+            if isinstance(decision.policy, Outline):
                 return marked_mv(operator, vector, outline_mv, parts)
             return marked_mv(operator, vector, inline_mv, parts)
         return marked_mv(operator, vector, inline_mv)

@@ -4,7 +4,6 @@
 and the solves that are better decided together (one matrix build for k solves of one operator)."""
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -13,12 +12,14 @@ import jax.tree_util as jtu
 from .._jaxpr import out_leaves
 from ..policies._lazy import Lazy
 from ..policies._materialise import Materialise
+from ..policies._outline import Outline
 from ..policies._roll import Roll
 from ..policies.calls._keys import is_leaf_array
 from ..policies.calls._marked import MARKED_NAME
 from ..policies.calls._recorder import SolveRecord
 from ..policies.calls._sites import equation_site
 from ..policies.decision._cost import jaxpr_cost
+from ..policies.decision._model import CostModel
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
 from ..policies.decision._rule import cheapest, decide
@@ -32,7 +33,7 @@ from .analyse._groups import (
     transformation,
 )
 from .analyse._solves import carried_layouts, rolling_pays
-from .rewrite._rules import Action, planned, roll_plans, rule_of, RULES
+from .rewrite._rules import Action, roll_plans, rule_of, RULES
 
 
 @dataclasses.dataclass
@@ -51,15 +52,14 @@ class Plan:
     run_seconds: float = 0.0
 
 
-def _restrict(
-    decision: Decision, allowed: set[str], margins: Mapping[str, float]
-) -> Decision:
-    """`decision`, or the cheapest of its estimates among `allowed` strategies if it
-    chose another (a strategy the rewrite cannot apply to these sites), departing
-    from `Lazy` only beyond its margin (`CostModel.margins()`)."""
-    if decision.strategy in allowed:
+def _restrict(decision: Decision, allowed: set[type], model: CostModel) -> Decision:
+    """`decision`, or the cheapest of its estimates among the `allowed` policy
+    classes if it chose another (a strategy the rewrite cannot apply to these
+    sites), departing from `Lazy` only beyond its margin (`CostModel.margin`)."""
+    if type(decision.policy) in allowed:
         return decision
-    best = cheapest((e for e in decision.estimates if e.strategy in allowed), margins)
+    candidates = (e for e in decision.estimates if type(e.policy) in allowed)
+    best = cheapest(candidates, model)
     policy = Lazy() if best is None else best.policy
     note = (
         f"{decision.strategy} cannot be applied to these call sites here; "
@@ -121,31 +121,27 @@ def decide_group(
     )
     model = policy.model()
     decision = decide(observation, model)
-    allowed = {"Lazy"}
-    if rollable:
-        allowed.add("Roll")
+    allowed: set[type] = {Lazy, Roll} if rollable else {Lazy}
     if transformation is not None:
-        decision = _restrict(decision, allowed, model.margins())
+        decision = _restrict(decision, allowed, model)
         decision = decision.with_reason(
             f"These calls are a transformation of its mv ({transformation}), "
             f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
             "matrix or an out-of-line call stands for the mv itself only)."
         )
-        return (*_with_contender(decision, rollable, model.margins(), policy), plans)
+        return (*_with_contender(decision, rollable, model, policy), plans)
     if top_only and same_arrays(jaxpr, group, arrays):
-        allowed.add("Materialise")
+        allowed.add(Materialise)
     if not rollable and group.call_sites >= 2:
         # Where rolling cannot reach (sites in loop bodies, branches, other
         # calls, or between which a loop cannot carry a value): one out-of-line
         # `mv` for all of them.
-        allowed.add("Outline")
-    decision = _restrict(decision, allowed, model.margins())
-    return (*_with_contender(decision, rollable, model.margins(), policy), plans)
+        allowed.add(Outline)
+    decision = _restrict(decision, allowed, model)
+    return (*_with_contender(decision, rollable, model, policy), plans)
 
 
-def contender(
-    decision: Decision, rollable: bool, margins: Mapping[str, float]
-) -> Decision | None:
+def contender(decision: Decision, rollable: bool, model: CostModel) -> Decision | None:
     """The other side of an uncertain choice between `Roll` and `Lazy`: `Lazy`
     where `decision` is `Roll`, and `Roll` where it is `Lazy` and `Roll` is allowed
     and estimated cheaper than `Lazy` by less than its margin (the model's
@@ -156,23 +152,23 @@ def contender(
 
     - `decision`: the decision for a group of call sites.
     - `rollable`: whether `Roll` can apply to them.
-    - `margins`: the model's margins (`CostModel.margins()`).
+    - `model`: the cost model it was decided with (its margins, `CostModel.margin`).
 
     **Returns:**
 
     A `Decision` of the other policy, or `None`.
     """
-    found = {e.strategy: e for e in decision.estimates}
-    lazy, roll = found.get("Lazy"), found.get("Roll")
+    found = {type(e.policy): e for e in decision.estimates}
+    lazy, roll = found.get(Lazy), found.get(Roll)
     if not rollable or lazy is None or roll is None or roll.seconds is None:
         return None
-    if decision.strategy not in ("Lazy", "Roll") or lazy.seconds is None:
+    if type(decision.policy) not in (Lazy, Roll) or lazy.seconds is None:
         return None
     if lazy.run_seconds is None or roll.run_seconds is None:
         return None
-    if decision.strategy == "Roll":
+    if isinstance(decision.policy, Roll):
         other = lazy.policy
-    elif roll.seconds < lazy.seconds * margins.get("Roll", 1.0):
+    elif roll.seconds < lazy.seconds * model.margin(Roll):
         other = roll.policy
     else:
         return None
@@ -186,12 +182,12 @@ def contender(
 
 
 def _with_contender(
-    decision: Decision, rollable: bool, margins: Mapping[str, float], policy: Any
+    decision: Decision, rollable: bool, model: CostModel, policy: Any
 ) -> tuple[Decision, Decision | None]:
     """`decision` and, where its policy races (`Auto.races`), its `contender`, with
     the race said in its reasons."""
     races = getattr(policy, "races", None)
-    other = contender(decision, rollable, margins) if races and races() else None
+    other = contender(decision, rollable, model) if races and races() else None
     if other is None:
         return decision, None
     decision = decision.with_reason(
@@ -261,13 +257,13 @@ def plan_program(closed: Any, active: Session) -> Plan:
         elif len(group.sites) < 2:
             continue
         elif group.name == MARKED_NAME:
-            actions[key] = planned(Roll(), jaxpr, group.sites)  # a `Roll` operator's
+            actions[key] = Action(Roll(), jaxpr)  # a `Roll` operator's
         elif not group.name.startswith(MARKED_NAME) and substantial(group.callee):
             # A repeated function of the user's. (Other marked calls are applied
             # inline: `Lazy` operators', or another `lxd.jit`'s.) Solves of cheap
             # `mv`s are cheaper to compile again than to roll.
             if rolling_pays(group.callee, len(group.sites)):
-                actions[key] = planned(Roll(), jaxpr, group.sites)
+                actions[key] = Action(Roll(), jaxpr)
     plan = Plan(actions, autos, _decisions(autos, active))
     if not contenders:
         return plan
@@ -291,7 +287,7 @@ def _run_seconds(a: AutoGroup) -> float:
     """The estimated seconds of `runs` runs of `a`'s call sites with its decision."""
     runs = a.record.operator.policy.runs
     for e in a.decision.estimates:
-        if e.strategy == a.decision.strategy and e.run_seconds is not None:
+        if type(e.policy) is type(a.decision.policy) and e.run_seconds is not None:
             return runs * e.run_seconds
     return 0.0
 
@@ -300,14 +296,15 @@ def _action(
     policy: Any, group: Group, jaxpr: Any, arrays: int, made: dict[Any, Any]
 ) -> Action | None:
     """The action that applies `policy` to `group`'s call sites of `jaxpr`, with its
-    rule's plan: the one `made` when deciding (`decide_group`), else made now.
-    `None` for a rule of top-level sites where the group has none."""
+    rule's plan: the one `made` when deciding (`decide_group`), else made when the
+    rewrite first asks for it. `None` for a rule of top-level sites where the
+    group has none."""
     rule = rule_of(policy)
     if not group.sites and not rule.any_depth:
         return None
     if rule in made:
-        return Action(policy, made[rule], jaxpr, arrays)
-    return planned(policy, jaxpr, group.sites, arrays)
+        return Action(policy, jaxpr, arrays, made[rule])
+    return Action(policy, jaxpr, arrays)
 
 
 def _decisions(autos: list[AutoGroup], active: Session) -> dict[Any, Decision]:

@@ -4,6 +4,7 @@ and the memory it needs, from an `Observation` and a `CostModel`. `decide` picks
 the cheapest that fits the memory budget. No JAX tracing happens here."""
 
 import math
+from collections.abc import Callable
 
 from .._lazy import Lazy
 from .._materialise import Materialise
@@ -80,79 +81,84 @@ def _estimate(
     )
 
 
-def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
-    """A `lineax_dispatch.policies.Estimate` of each strategy: compile seconds, seconds
-    per run of the program and their total over `o.runs` runs, `None` where not
-    allowed."""
-    copy = mv_compile(o, model)
-    batched_copy = batched_compile(o, model)
-    site = model.compile_per_site
-    weight = max(o.runs, 1.0)
-    # Each solve builds its own matrix (in its `init`); plain call sites share one
-    # build under `lxd.jit`.
-    builds = o.solves + (1 if o.call_sites > o.solves else 0)
-    run_mv = mv_run(o, model)
-    k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
-    out = [_estimate(Lazy(), k * (copy + site), runs * run_mv, weight)]
-    if o.rollable and k >= 2:
-        if o.stackable:
-            # One batched call (its dot products on blocks of vectors): the flops
-            # of every execution, the operator's arrays read once per execution
-            # of a site.
-            reads = runs / k
-            roll_run = max(
-                runs * o.mv_flops / model.flops_per_second,
-                reads * o.mv_bytes / mv_read_rate(o, model),
-            )
-            roll_copy = batched_copy
-        else:
-            roll_run = runs * run_mv
-            roll_copy = copy
-        out.append(
-            _estimate(
-                Roll(),
-                roll_copy + site + model.roll_fixed + k * model.roll_site,
-                roll_run + k * model.roll_step,
-                weight,
-            )
+def _sites_and_runs(o: Observation) -> tuple[int, float, float]:
+    """The program's call sites, its executions of `mv` per run and the runs."""
+    return (
+        max(o.call_sites, 1),
+        max(o.executions, 1.0) * max(o.batch, 1),
+        max(o.runs, 1.0),
+    )
+
+
+def lazy_estimate(o: Observation, model: CostModel) -> Estimate:
+    """The `Lazy` estimate: a copy of `mv` at every call site, run at native speed."""
+    k, runs, weight = _sites_and_runs(o)
+    copy = mv_compile(o, model) + model.compile_per_site
+    return _estimate(Lazy(), k * copy, runs * mv_run(o, model), weight)
+
+
+def roll_estimate(o: Observation, model: CostModel) -> Estimate | None:
+    """The `Roll` estimate: one copy of `mv` in a loop over the call sites; where
+    they are independent, one batched call (its dot products on blocks of
+    vectors: the flops of every execution, the operator's arrays read once per
+    execution of a site). `None` where the sites do not roll (`o.rollable`)."""
+    k, runs, weight = _sites_and_runs(o)
+    if not o.rollable or k < 2:
+        return None
+    if o.stackable:
+        reads = runs / k
+        roll_run = max(
+            runs * o.mv_flops / model.flops_per_second,
+            reads * o.mv_bytes / mv_read_rate(o, model),
         )
-    if o.mv_effects:
-        # Its effects run where and as often as the program applies it.
-        out.append(Estimate(Outline()))
-        out.append(Estimate(Materialise()))
-        return tuple(out)
-    out.append(outline_estimate(o, model))
-    chunk = build_chunk(o, model) if o.mv_batchable else None
-    if chunk is None:
-        out.append(Estimate(Materialise()))
+        roll_copy = batched_compile(o, model)
     else:
-        build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
-            o.in_size / chunk
-        ) * (o.mv_bytes / mv_read_rate(o, model))
-        apply = runs * o.matrix_bytes / read_rate(o.matrix_bytes, model)
-        out.append(
-            _estimate(
-                Materialise(batch_size=chunk),
-                builds * (model.materialise_fixed + batched_copy + site)
-                + k * model.matmul_site,
-                builds * build + apply,
-                weight,
-            )
-        )
-    return tuple(out)
+        roll_run = runs * mv_run(o, model)
+        roll_copy = mv_compile(o, model)
+    return _estimate(
+        Roll(),
+        roll_copy + model.compile_per_site + model.roll_fixed + k * model.roll_site,
+        roll_run + k * model.roll_step,
+        weight,
+    )
+
+
+def materialise_estimate(o: Observation, model: CostModel) -> Estimate:
+    """The `Materialise` estimate: the matrix built in chunks of columns
+    (`build_chunk`) once per solve, and once for a program's plain call sites
+    (under `lxd.jit` they share one build), a matrix product at each site. Not
+    allowed (no seconds) where `mv` has effects, vmap cannot batch it or the
+    build does not fit the memory budget."""
+    chunk = None if o.mv_effects or not o.mv_batchable else build_chunk(o, model)
+    if chunk is None:
+        return Estimate(Materialise())
+    k, runs, weight = _sites_and_runs(o)
+    builds = o.solves + (1 if o.call_sites > o.solves else 0)
+    build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
+        o.in_size / chunk
+    ) * (o.mv_bytes / mv_read_rate(o, model))
+    apply = runs * o.matrix_bytes / read_rate(o.matrix_bytes, model)
+    site = model.compile_per_site
+    return _estimate(
+        Materialise(batch_size=chunk),
+        builds * (model.materialise_fixed + batched_compile(o, model) + site)
+        + k * model.matmul_site,
+        builds * build + apply,
+        weight,
+    )
 
 
 def outline_estimate(o: Observation, model: CostModel) -> Estimate:
     """The `Outline` estimate: natively (`model.outline_native`), one copy of `mv`
     plus `outline_clone` of a copy at each further site, run at native speed;
     else a host callback at every site, each call paying a round trip and the
-    hand-over of the operator's arrays. Not allowed (no seconds) where the
+    hand-over of the operator's arrays. Not allowed (no seconds) where `mv` has
+    effects (they run where and as often as the program applies it) or where the
     backend cannot run a host callback's call (`model.outline_callbacks`)."""
-    if not (model.outline_native or model.outline_callbacks):
+    if o.mv_effects or not (model.outline_native or model.outline_callbacks):
         return Estimate(Outline())
     copy = mv_compile(o, model)
-    k, runs = max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
-    weight = max(o.runs, 1.0)
+    k, runs, weight = _sites_and_runs(o)
     run_mv = mv_run(o, model)
     if model.outline_native:
         compile_seconds = copy * (1 + model.outline_clone * (k - 1))
@@ -173,3 +179,22 @@ def outline_estimate(o: Observation, model: CostModel) -> Estimate:
         ),
         weight,
     )
+
+
+# Each policy's estimate, by policy class, in the order a decision lists them.
+# Under `lxd.jit` the same functions are reached from the policy's rewrite rule
+# (`program/rewrite/_rules.py`, `Rule.estimate`).
+ESTIMATES: dict[type, Callable[[Observation, CostModel], Estimate | None]] = {
+    Lazy: lazy_estimate,
+    Roll: roll_estimate,
+    Outline: outline_estimate,
+    Materialise: materialise_estimate,
+}
+
+
+def estimates(o: Observation, model: CostModel) -> tuple[Estimate, ...]:
+    """A `lineax_dispatch.policies.Estimate` of each strategy that applies
+    (`ESTIMATES`): compile seconds, seconds per run of the program and their
+    total over `o.runs` runs, `None` where not allowed."""
+    found = (estimate(o, model) for estimate in ESTIMATES.values())
+    return tuple(e for e in found if e is not None)

@@ -7,6 +7,17 @@ import jax
 
 from ..._compat import XLA_OUTLINE
 from ..._validate import check_positive_int, check_positive_real, check_tolerance
+from .._materialise import Materialise
+from .._outline import Outline
+from .._roll import Roll
+
+
+# The field of `CostModel` holding each policy's margin over `Lazy`, by policy class.
+_MARGINS = {
+    Roll: "departure_margin",
+    Outline: "departure_margin",
+    Materialise: "materialise_margin",
+}
 
 
 class CostModel(eqx.Module):
@@ -155,19 +166,21 @@ class CostModel(eqx.Module):
     materialise_margin: float = 1.0
     source: str = "defaults (fitted on a 2-core XLA:CPU machine, jax 0.10.2)"
 
+    def margin(self, policy: type) -> float:
+        """How much cheaper than `Lazy` a policy of class `policy` must be estimated
+        before `Auto` departs for it: `departure_margin` for `Roll` and `Outline`,
+        `materialise_margin` for `Materialise`, 1 for any other."""
+        field = _MARGINS.get(policy)
+        return 1.0 if field is None else getattr(self, field)
+
     def margins(self) -> dict[str, float]:
-        """Each strategy's margin over `Lazy` (`departure_margin`,
-        `materialise_margin`).
+        """Each strategy's margin over `Lazy` (`margin`), by its policy class's name.
 
         **Returns:**
 
         A dict from strategy name to factor.
         """
-        return {
-            "Roll": self.departure_margin,
-            "Outline": self.departure_margin,
-            "Materialise": self.materialise_margin,
-        }
+        return {policy.__name__: self.margin(policy) for policy in _MARGINS}
 
     def __check_init__(self):
         for field in dataclasses.fields(self):

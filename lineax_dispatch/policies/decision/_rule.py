@@ -7,7 +7,7 @@ cheapest that fits the memory budget. The constants are in `CostModel` (this
 machine's by default; set your own with `Auto(cost_model=...)`). No JAX tracing
 happens here."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from .._batching import Scan, VmapBatch
 from .._lazy import Lazy
@@ -20,23 +20,28 @@ from ._records import Decision, Estimate
 
 
 def cheapest(
-    candidates: Iterable[Estimate], margins: Mapping[str, float] | None = None
+    candidates: Iterable[Estimate], model: CostModel | None = None
 ) -> Estimate | None:
     """The allowed estimate of fewest seconds (`Lazy` on a tie), `None` if none is
-    allowed. With `margins` (`CostModel.margins()`), where `Lazy` is allowed, a
-    strategy is a candidate only where it is estimated more than its margin times
-    cheaper than `Lazy`."""
+    allowed. With `model`, where `Lazy` is allowed, a strategy is a candidate only
+    where it is estimated more than its margin (`CostModel.margin`) times cheaper
+    than `Lazy`."""
     allowed = [(e.seconds, e) for e in candidates if e.seconds is not None]
-    lazy = next((s for s, e in allowed if e.strategy == "Lazy"), None)
-    if lazy is not None and margins:
+    lazy = next((s for s, e in allowed if isinstance(e.policy, Lazy)), None)
+    if lazy is not None and model is not None:
         allowed = [
             (s, e)
             for s, e in allowed
-            if e.strategy == "Lazy" or s * margins.get(e.strategy, 1.0) < lazy
+            if isinstance(e.policy, Lazy) or s * _margin(e, model) < lazy
         ]
     if not allowed:
         return None
-    return min(allowed, key=lambda se: (se[0], se[1].strategy != "Lazy"))[1]
+    return min(allowed, key=lambda se: (se[0], not isinstance(se[1].policy, Lazy)))[1]
+
+
+def _margin(e: Estimate, model: CostModel) -> float:
+    """`e`'s strategy's margin over `Lazy` (`CostModel.margin`)."""
+    return model.margin(type(e.policy))
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -80,17 +85,16 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
     costs = estimates(o, model)
     needed = materialise_memory(o, 1)
     weight = max(o.runs, 1.0)
-    best = cheapest(costs, model.margins())
+    best = cheapest(costs, model)
     assert best is not None  # Lazy is always allowed
     reasons = [
         f"{o.call_sites} call site(s), about {o.executions:g} execution(s) of an mv "
         f"of {o.mv_flops:.3g} flops and {format_bytes(o.mv_bytes)} accessed; "
         f"compile once, run {weight:g} time(s)."
     ]
-    margins = model.margins()
-    reasons += [_estimate_reason(e, o, needed, weight, margins) for e in costs]
+    reasons += [_estimate_reason(e, o, needed, weight, model) for e in costs]
     others = ", ".join(
-        f"{e.strategy} ~{e.seconds:.3g} s{_error(e, margins)}"
+        f"{e.strategy} ~{e.seconds:.3g} s{_error(e, model)}"
         if e.seconds is not None
         else f"{e.strategy} over budget"
         for e in costs
@@ -101,25 +105,25 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         reasons.append(
             f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
             f"~{fastest.seconds:.3g} s ({others}), not more than "
-            f"{margins[fastest.strategy]:g}x (the model's measured error "
+            f"{_margin(fastest, model):g}x (the model's measured error "
             "here) below Lazy's."
         )
     else:
         reasons.append(
             f"{best.strategy} is cheapest: ~{best.seconds:.3g} s"
-            f"{_error(best, margins)} ({others})."
+            f"{_error(best, model)} ({others})."
         )
     return Decision(best.policy, tuple(reasons), costs, needed)
 
 
 def _estimate_reason(
-    e: Estimate, o: Observation, needed: int, weight: float, margins: Mapping
+    e: Estimate, o: Observation, needed: int, weight: float, model: CostModel
 ) -> str:
     """A sentence on one strategy's estimate: its compile and run, and the
     model's measured error where it has one; or why it is not allowed."""
     if e.seconds is None:
         return f"{e.strategy} not allowed: {_why_not(o, needed)}"
-    error = margins.get(e.strategy, 1.0)
+    error = _margin(e, model)
     within = (
         f", within x{error:g} (the model's measured error here)" if error > 1 else ""
     )
@@ -129,10 +133,10 @@ def _estimate_reason(
     )
 
 
-def _error(e: Estimate, margins: Mapping[str, float]) -> str:
+def _error(e: Estimate, model: CostModel) -> str:
     """The model's measured error of `e` (`" (x/÷4.2)"`) where its margin says it
     has one (above 1), else `""`."""
-    error = margins.get(e.strategy, 1.0)
+    error = _margin(e, model)
     return f" (x/÷{error:g})" if error > 1 else ""
 
 

@@ -15,6 +15,7 @@ from ..._jaxpr import finds_below, HEAVY
 from ...policies._lazy import Lazy
 from ...policies._outline import Outline
 from ...policies._pinned import _Unkeyed, carried_record, ChoiceRef
+from ...policies._roll import Roll
 from ...policies.calls._recorder import SolverChoice, SolveRecord
 from ...policies.calls._sites import equation_site
 from ...policies.decision._cost import mv_cost
@@ -243,4 +244,4 @@ def rolling_pays(callee: Any, k: int) -> bool:
         return True
     model, runs = read
     rolled = model.roll_fixed + k * (model.roll_site + runs * model.roll_step)
-    return (k - 1) * copy > model.margins()["Roll"] * rolled
+    return (k - 1) * copy > model.margin(Roll) * rolled

@@ -1,9 +1,9 @@
-"""The rewrite rule of each policy that `lxd.jit` applies to a program, registered
-by policy class (`RULES`), as `jax.experimental.checkify` registers one rule per
-primitive: how its plan for a group's call sites is made, when the rewrite
-applies it, and how. The decide stage picks a group's policy and makes an
-`Action` (the policy, its plan); the rewrite (`_rewrite.py`) applies each action
-through its policy's rule.
+"""The rule of each policy that `lxd.jit` applies to a program, registered by
+policy class (`RULES`), as `jax.experimental.checkify` registers one rule per
+primitive: the policy's estimate (what `Auto` predicts it costs), how its plan
+for a group's call sites is made, when the rewrite applies it, and how. The
+decide stage picks a group's policy and makes an `Action` (the policy, its plan);
+the rewrite (`_rewrite.py`) applies each action through its policy's rule.
 
 - `Roll`: the top-level sites stacked into one batched call where they are
   independent (`_stack.py`), else rolled into one loop body (`_roll_loop.py`).
@@ -23,6 +23,12 @@ from ...policies._materialise import Materialise
 from ...policies._outline import Outline
 from ...policies._roll import Roll
 from ...policies.calls._marked import is_marked
+from ...policies.decision._formulas import (
+    lazy_estimate,
+    materialise_estimate,
+    outline_estimate,
+    roll_estimate,
+)
 from ..analyse._roll_plan import plan_roll, RollPlan
 from ..analyse._stack_plan import plan_stack, StackPlan
 from ._inline import inlined_jaxpr
@@ -60,12 +66,16 @@ class Rule:
         apply), for a rule whose application depends on the code around them.
     - `any_depth`: whether it applies to sites in loop bodies, branches and other
         calls too (else a group without top-level sites gets no action).
+    - `estimate`: the policy's estimate, `(Observation, CostModel) -> Estimate`
+        (`policies/decision/_formulas.py`; `decide`, below the program, reads the
+        same function from `ESTIMATES` there).
     """
 
     phase: Phase
     apply: Callable[..., Any]
     plan: Callable[[Any, Sequence[int]], Any] | None = None
     any_depth: bool = False
+    estimate: Callable[..., Any] | None = None
 
 
 def rolled_plan(
@@ -112,10 +122,10 @@ def _outline(closed: Any, callee: Any, action: "Action") -> Any:
 
 
 RULES: dict[type, Rule] = {
-    Roll: Rule(Phase.EACH, _roll, plan=_roll_plan),
-    Materialise: Rule(Phase.EACH, _materialise),
-    Outline: Rule(Phase.FIRST, _outline, any_depth=True),
-    Lazy: Rule(Phase.LAST, inlined_jaxpr),
+    Roll: Rule(Phase.EACH, _roll, plan=_roll_plan, estimate=roll_estimate),
+    Materialise: Rule(Phase.EACH, _materialise, estimate=materialise_estimate),
+    Outline: Rule(Phase.FIRST, _outline, any_depth=True, estimate=outline_estimate),
+    Lazy: Rule(Phase.LAST, inlined_jaxpr, estimate=lazy_estimate),
 }
 
 
@@ -128,28 +138,35 @@ def rule_of(policy: Any) -> Rule:
     return RULES[Lazy]
 
 
-@dataclasses.dataclass(frozen=True)
+# An `Action`'s plan not made yet.
+_UNMADE = object()
+
+
+@dataclasses.dataclass
 class Action:
     """What the rewrite does with a group's call sites: apply `policy` through its
-    rule (`rule_of`), with the plan made for them at the decide stage.
+    rule (`rule_of`), with its rule's plan for them.
 
     **Fields:**
 
     - `policy`: the policy applied (`Roll()` for a `Roll` operator's sites and the
         user's repeated functions).
-    - `plan`: its rule's plan for the group's top-level sites in `planned_on`
-        (`None` where the rule makes none, or where it does not apply there).
-    - `planned_on`: the program (a `jax.extend.core.Jaxpr`) the plan was made
-        for; once an earlier rewrite changed the program, the rewrite makes the
-        plan again for the sites where they then are (`plan_in`).
+    - `planned_on`: the program (a `jax.extend.core.Jaxpr`) the group was found
+        in; once an earlier rewrite changed the program, the rewrite makes the
+        plan for the sites where they then are (`plan_in`).
     - `arrays`: how many of the call's inputs are the operator's arrays (the rest
         are the vector's leaves).
+    - `plan`: its rule's plan for the group's top-level sites in `planned_on`
+        (`None` where the rule makes none, or where it does not apply there):
+        made at the decide stage where deciding needed it (`Roll`'s, for `Auto`),
+        else when the rewrite first asks for it, and kept for the rewrite of
+        another kind of loop.
     """
 
     policy: Any
-    plan: Any = None
     planned_on: Any = None
     arrays: int = 0
+    plan: Any = _UNMADE
 
     @property
     def rule(self) -> Rule:
@@ -157,16 +174,11 @@ class Action:
 
     def plan_in(self, jaxpr: Any, sites: Sequence[int]) -> Any:
         """The plan for the calls at `sites` of `jaxpr`: the one carried where
-        `jaxpr` is the program it was made for, else made again."""
-        if jaxpr is self.planned_on:
+        `jaxpr` is the program it is for, else made for `jaxpr`."""
+        if jaxpr is self.planned_on and self.plan is not _UNMADE:
             return self.plan
         make = self.rule.plan
-        return None if make is None else make(jaxpr, sites)
-
-
-def planned(policy: Any, jaxpr: Any, sites: Sequence[int], arrays: int = 0) -> Action:
-    """The action applying `policy` to the top-level calls at `sites` of `jaxpr`,
-    its rule's plan for them made now."""
-    make = rule_of(policy).plan
-    plan = None if make is None else make(jaxpr, sites)
-    return Action(policy, plan, jaxpr, arrays)
+        plan = None if make is None else make(jaxpr, sites)
+        if jaxpr is self.planned_on:
+            self.plan = plan
+        return plan
