@@ -6,7 +6,15 @@ import lineax as lx
 
 from .._validate import check_positive_int
 from ..policies._memory import optional_budget
-from ._build import Built, check_operator, definite_sign, describe, read, resolve_budget
+from ._build import (
+    Built,
+    check_operator,
+    check_pattern,
+    definite_sign,
+    describe,
+    read,
+    resolve_budget,
+)
 from ._operators import (
     AbstractPreconditioner,
     BlockJacobiPreconditioner,
@@ -15,14 +23,6 @@ from ._operators import (
 )
 from ._patterns import AbstractPattern
 from ._structure import plan
-
-
-def _check_pattern(pattern, what: str) -> None:
-    if pattern is not None and not isinstance(pattern, AbstractPattern):
-        raise TypeError(
-            f"`{what}(..., pattern=...)` must be an `lxd.Band`, an `lxd.Stencil` or "
-            f"None; got {type(pattern).__name__}."
-        )
 
 
 def _failure(what: str, sign: int, blocks: bool) -> str:
@@ -70,24 +70,14 @@ def assemble(
     tags = frozenset()
     if sign:
         tags = frozenset({lx.positive_semidefinite_tag, lx.symmetric_tag})
-    structure = flat_structure(operator.in_structure())
-    if not blocks:
-        return JacobiPreconditioner(
-            structure=structure,
-            tags=tags,
-            build=build,
-            valid=valid,
-            inverse_diagonal=inverse,
-        )
-    return BlockJacobiPreconditioner(
-        structure=structure, tags=tags, build=build, valid=valid, inverse_blocks=inverse
-    )
+    kind = BlockJacobiPreconditioner if blocks else JacobiPreconditioner
+    return kind(flat_structure(operator.in_structure()), tags, build, valid, inverse)
 
 
 def _build(operator, block_size, pattern, memory_budget, throw, what):
     blocks = what == "lxd.block_jacobi"
     check_operator(operator, what)
-    _check_pattern(pattern, what)
+    check_pattern(pattern, f"{what}(..., pattern=...)")
     budget = resolve_budget(operator, optional_budget(memory_budget))
     if pattern is not None:  # a pattern that does not fit the operator fails here
         pattern.colouring(operator.in_size(), block_size)

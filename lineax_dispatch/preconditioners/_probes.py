@@ -151,22 +151,17 @@ def _basis_blocks(
 ) -> Inexact[Array, "k b b"]:
     n, b = operator.in_size(), block_size
     count = padded_count(n, b)
+    batch = None if found.batch >= n else found.batch
+    mv, structure = plain_mv(operator), operator.in_structure()
     if b == 1:  # a masked sum rather than a gather: the image may be sharded
         at = lambda image, index: jnp.sum(jnp.where(jnp.arange(n) == index, image, 0))
-        batch = None if found.batch >= n else found.batch
-        diagonal = images_of_basis(
-            plain_mv(operator), operator.in_structure(), n, batch, at
-        )
-        return diagonal[:, None, None]
+        return images_of_basis(mv, structure, n, batch, at)[:, None, None]
 
     def keep(image, index):
         padded = jnp.pad(image, (0, count * b - n))
         return lax.dynamic_slice(padded, ((index // b) * b,), (b,))
 
-    batch = None if found.batch >= n else found.batch
-    columns = images_of_basis(
-        plain_mv(operator), operator.in_structure(), n, batch, keep
-    )
+    columns = images_of_basis(mv, structure, n, batch, keep)
     columns = jnp.pad(columns, ((0, count * b - n), (0, 0)))  # [k * b + t, r]
     return jnp.transpose(columns.reshape(count, b, b), (0, 2, 1))
 

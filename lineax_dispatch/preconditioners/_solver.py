@@ -10,7 +10,14 @@ from jaxtyping import Array, PyTree
 
 from .._validate import check_positive_int
 from ..policies._memory import optional_budget
-from ._build import Built, check_operator, describe, read, resolve_budget
+from ._build import (
+    Built,
+    check_operator,
+    check_pattern,
+    describe,
+    read,
+    resolve_budget,
+)
 from ._jacobi import assemble
 from ._patterns import AbstractPattern
 from ._structure import plan
@@ -67,11 +74,7 @@ class PreconditionedSolver(lx.AbstractLinearSolver):
                 f"{type(self.solver).__name__}."
             )
         check_positive_int(self.block_size, "PreconditionedSolver(block_size=...)")
-        if self.pattern is not None and not isinstance(self.pattern, AbstractPattern):
-            raise TypeError(
-                "`PreconditionedSolver(pattern=...)` must be an `lxd.Band`, an "
-                f"`lxd.Stencil` or None; got {type(self.pattern).__name__}."
-            )
+        check_pattern(self.pattern, "PreconditionedSolver(pattern=...)")
 
     def describe(self, operator: lx.AbstractLinearOperator) -> str:
         """How the preconditioner of `operator` is built, in words.

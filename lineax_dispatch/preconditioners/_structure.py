@@ -59,6 +59,13 @@ def _operands(operator: lx.AbstractLinearOperator) -> tuple | None:
     return None
 
 
+def _held_product(operator: lx.AbstractLinearOperator) -> bool:
+    """Whether `operator` is a composition of two operators that hold matrices."""
+    return isinstance(operator, lx.ComposedLinearOperator) and all(
+        isinstance(o, _HELD) for o in (operator.operator1, operator.operator2)
+    )
+
+
 def plan(
     operator: lx.AbstractLinearOperator,
     block_size: int,
@@ -92,9 +99,7 @@ def plan(
     operands = _operands(operator)
     if operands is not None:
         return [p for o in operands for p in plan(o, block_size, pattern, budget)]
-    if isinstance(operator, lx.ComposedLinearOperator) and all(
-        isinstance(o, _HELD) for o in (operator.operator1, operator.operator2)
-    ):
+    if _held_product(operator):
         return [
             Part(how=f"{name}: the rows and columns of its matrices", mvs=0, route=None)
         ]
@@ -227,8 +232,6 @@ def blocks_of(
                 rows = by_blocks(_flat_diagonal(first), b)
                 return rows[:, :, None] * again(second)
             return again(first) * by_blocks(_flat_diagonal(second), b)[:, None, :]
-    if isinstance(operator, lx.ComposedLinearOperator) and all(
-        isinstance(o, _HELD) for o in (operator.operator1, operator.operator2)
-    ):
+    if _held_product(operator):
         return _product_blocks(operator, b)
     return probe_blocks(operator, b, route(operator, b, pattern, budget))
