@@ -68,19 +68,8 @@ def default_precision() -> Any:
 
 
 def traced_precision(traced: Any) -> Any:
-    """`traced` (a `ClosedJaxpr` or a jaxpr equation) with each product at any depth
-    that has no precision of its own given the one it would be traced with now
-    (`default_precision()`); `traced` itself where none is in force or nothing
-    changes.
-
-    **Arguments:**
-
-    - `traced`: a `jax.extend.core.ClosedJaxpr` or `JaxprEqn`.
-
-    **Returns:**
-
-    The same kind of object.
-    """
+    """`with_precision(traced, default_precision())`: each product that has no
+    precision of its own given the one it would be traced with now."""
     return with_precision(traced, default_precision())
 
 

@@ -160,16 +160,16 @@ def _builds_whole_matrix(operator: lx.AbstractLinearOperator) -> bool:
 def _diagonal(operator: AbstractDispatchOperator) -> Inexact[Array, " size"]:
     policy = operator.policy
     found = budget_in_force(policy)
-    if found is None or _whole_matrix_fits(operator, found[1]):
-        with policy_in_force(policy), batched_products():
-            return _lineax_implementation(lx.diagonal, operator)(operator)
-    if isinstance(operator, _MATRIX_FREE) and lx.is_diagonal(operator):
+    fits = found is None or _whole_matrix_fits(operator, found[1])
+    if not fits and isinstance(operator, _MATRIX_FREE) and lx.is_diagonal(operator):
         return _ones_diagonal(operator)
-    if not _builds_whole_matrix(operator):
-        # Sums, products, tags...: lineax takes each operand's diagonal (ours in
-        # chunks where needed); explicit operators hold theirs.
+    if fits or not _builds_whole_matrix(operator):
+        # Where it does not fit, sums, products, tags...: lineax takes each
+        # operand's diagonal (ours in chunks where needed); explicit operators
+        # hold theirs.
         with policy_in_force(policy), batched_products():
             return _lineax_implementation(lx.diagonal, operator)(operator)
+    assert found is not None
     n_out, n_in, size = operator.out_size(), operator.in_size(), itemsize(operator)
     chunk = diagonal_chunk(n_out, n_in, size, found[1])
     check_bytes(

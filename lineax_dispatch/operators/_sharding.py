@@ -33,12 +33,14 @@ def sharded_structure(operator: Any) -> PartitionSpec | None:
 
     A `jax.sharding.PartitionSpec`, or `None`.
     """
-    structures = (operator.in_structure(), operator.out_structure())
-    for leaf in jax.tree_util.tree_leaves(structures):
-        sharding = explicit_sharding(leaf)
-        if sharding is not None:
-            return sharding.spec
-    return None
+    sharding = _first_explicit((operator.in_structure(), operator.out_structure()))
+    return None if sharding is None else sharding.spec
+
+
+def _first_explicit(tree: Any) -> NamedSharding | None:
+    # The explicit sharding of the first leaf of `tree` that has one.
+    shardings = map(explicit_sharding, jax.tree_util.tree_leaves(tree))
+    return next((s for s in shardings if s is not None), None)
 
 
 def batch_as_structure(vectors: Any, structure: Any) -> Any:
@@ -83,14 +85,11 @@ def stack_sharding(operator: Any, vectors: Any) -> NamedSharding | None:
 
     A `jax.sharding.NamedSharding`, or `None`.
     """
-    if sharded_structure(operator) is not None:
+    sharding = _first_explicit(vectors)
+    if sharded_structure(operator) is not None or sharding is None:
         return None
-    for leaf in jax.tree_util.tree_leaves(vectors):
-        sharding = explicit_sharding(leaf)
-        if sharding is not None:
-            batch_axis = tuple(sharding.spec)[:1] or (None,)
-            return NamedSharding(sharding.mesh, PartitionSpec(*batch_axis))
-    return None
+    batch_axis = tuple(sharding.spec)[:1] or (None,)
+    return NamedSharding(sharding.mesh, PartitionSpec(*batch_axis))
 
 
 def as_stated(outputs: Any, structure: Any) -> Any:

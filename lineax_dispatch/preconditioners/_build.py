@@ -70,15 +70,6 @@ def check_operator(operator: Any, what: str) -> None:
         )
 
 
-def check_pattern(pattern: Any, argument: str) -> None:
-    """Raises unless `pattern` (given as `argument`) is a pattern or `None`."""
-    if pattern is not None and not isinstance(pattern, AbstractPattern):
-        raise TypeError(
-            f"`{argument}` must be an `lxd.Band`, an `lxd.Stencil` or None; got "
-            f"{type(pattern).__name__}."
-        )
-
-
 def resolve_budget(
     operator: lx.AbstractLinearOperator, memory_budget: int | None
 ) -> int:

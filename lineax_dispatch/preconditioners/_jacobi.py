@@ -6,22 +6,14 @@ import lineax as lx
 
 from .._validate import check_positive_int
 from ..policies._memory import optional_budget
-from ._build import (
-    Built,
-    check_operator,
-    check_pattern,
-    definite_sign,
-    describe,
-    read,
-    resolve_budget,
-)
+from ._build import Built, check_operator, definite_sign, describe, read, resolve_budget
 from ._operators import (
     AbstractPreconditioner,
     BlockJacobiPreconditioner,
     flat_structure,
     JacobiPreconditioner,
 )
-from ._patterns import AbstractPattern
+from ._patterns import AbstractPattern, check_pattern
 from ._structure import plan
 
 

@@ -8,6 +8,7 @@ colouring gives each column a colour; the probe vectors are one per colour."""
 import abc
 import math
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -89,6 +90,15 @@ class AbstractPattern(eqx.Module):
 
         A `Colouring`.
         """
+
+
+def check_pattern(pattern: Any, argument: str) -> None:
+    """Raises unless `pattern` (given as `argument`) is a pattern or `None`."""
+    if pattern is not None and not isinstance(pattern, AbstractPattern):
+        raise TypeError(
+            f"`{argument}` must be an `lxd.Band`, an `lxd.Stencil` or None; got "
+            f"{type(pattern).__name__}."
+        )
 
 
 class Band(AbstractPattern):

@@ -10,16 +10,9 @@ from jaxtyping import Array, PyTree
 
 from .._validate import check_positive_int
 from ..policies._memory import optional_budget
-from ._build import (
-    Built,
-    check_operator,
-    check_pattern,
-    describe,
-    read,
-    resolve_budget,
-)
+from ._build import Built, check_operator, describe, read, resolve_budget
 from ._jacobi import assemble
-from ._patterns import AbstractPattern
+from ._patterns import AbstractPattern, check_pattern
 from ._structure import plan
 
 

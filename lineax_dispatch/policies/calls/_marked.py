@@ -175,12 +175,9 @@ def named_marked(name: str, mode: str = "call") -> MarkedCall:
 
     **Arguments:**
 
-    - `name`: the equations' name.
-    - `mode`: what a call under a trace leaves in the calling program (see
-        `MarkedCall`): `"call"`, one call equation; `"inline"`, the callee's
-        equations (still traced once per trace and signature, but with no call
-        equation, so the program is lowered and compiled exactly as lineax's);
-        `"outline"`, one call equation XLA keeps out of line (jax >= 0.11).
+    - `name`, `mode`: as for `MarkedCall` (an `"inline"` call is still traced
+        once per trace and signature, but leaves no call equation, so the
+        program is lowered and compiled exactly as lineax's).
 
     **Returns:**
 
