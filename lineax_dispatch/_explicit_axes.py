@@ -38,14 +38,19 @@ def explicit_sharding(x: Any) -> NamedSharding | None:
             sharding = getattr(x, "sharding", None)
     if not isinstance(sharding, NamedSharding):
         return None
-    explicit = {
-        name
-        for name, kind in zip(sharding.mesh.axis_names, sharding.mesh.axis_types)
-        if kind == AxisType.Explicit
-    }
+    explicit = _explicit_sizes(sharding.mesh).keys()
     if not any(axes_of(entry) & explicit for entry in sharding.spec):
         return None
     return sharding
+
+
+def _explicit_sizes(mesh: Any) -> dict:
+    """`{name: size}` of the Explicit axes of `mesh`."""
+    return {
+        name: size
+        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
+        if kind == AxisType.Explicit
+    }
 
 
 def device_parts(x: Any) -> int:
@@ -64,12 +69,7 @@ def device_parts(x: Any) -> int:
     sharding = explicit_sharding(x)
     if sharding is None:
         return 1
-    mesh = sharding.mesh
-    explicit = {
-        name: size
-        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
-        if kind == AxisType.Explicit
-    }
+    explicit = _explicit_sizes(sharding.mesh)
     named = [a for entry in sharding.spec for a in axes_of(entry)]
     return math.prod(explicit[a] for a in named if a in explicit)
 

@@ -79,13 +79,7 @@ class MatrixLinearOperator(AbstractDispatchOperator, lx.MatrixLinearOperator):
         return _with_sharding(super().in_structure(), self.matrix, 0)
 
     def out_structure(self) -> jax.ShapeDtypeStruct:
-        """The output structure, as lineax's; on a mesh with Explicit axes it holds
-        the sharding of the vectors the matrix gives.
-
-        **Returns:**
-
-        A `jax.ShapeDtypeStruct`.
-        """
+        """As `in_structure`, for the vectors the matrix gives."""
         return _with_sharding(super().out_structure(), self.matrix, 1)
 
 

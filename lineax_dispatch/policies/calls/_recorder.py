@@ -172,8 +172,7 @@ def record_solve(record: Any, *, carried: bool) -> None:
     """Notes a solve's `record` (from `solve_record`) in the `lxd.jit` or
     `lxd.explain` trace running, if any. A record `carried` by the solve's operator
     (its pinned policy, read back from the program by `carried_solves`) does not
-    retire the shared jit-cache context when made in a nested trace: a later
-    program that reuses that trace finds it in its own program."""
+    retire the shared jit-cache context, as `record_solver_choice`."""
     active = _RECORDER.get()
     if active is not None and record is not None:
         active.add_solve(record, carried=carried)
