@@ -122,22 +122,20 @@ def decide_group(
     model = policy.model()
     decision = decide(observation, model)
     allowed: set[type] = {Lazy, Roll} if rollable else {Lazy}
-    if transformation is not None:
-        decision = _restrict(decision, allowed, model)
-        decision = decision.with_reason(
-            f"These calls are a transformation of its mv ({transformation}), "
-            f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
-            "matrix or an out-of-line call stands for the mv itself only)."
-        )
-        return (*_with_contender(decision, rollable, model, policy), plans)
-    if top_only and same_arrays(jaxpr, group, arrays):
+    if transformation is None and top_only and same_arrays(jaxpr, group, arrays):
         allowed.add(Materialise)
-    if not rollable and group.call_sites >= 2:
+    if transformation is None and not rollable and group.call_sites >= 2:
         # Where rolling cannot reach (sites in loop bodies, branches, other
         # calls, or between which a loop cannot carry a value): one out-of-line
         # `mv` for all of them.
         allowed.add(Outline)
     decision = _restrict(decision, allowed, model)
+    if transformation is not None:
+        decision = decision.with_reason(
+            f"These calls are a transformation of its mv ({transformation}), "
+            f"decided as that computation: {decision.strategy} (Lazy or Roll; a "
+            "matrix or an out-of-line call stands for the mv itself only)."
+        )
     return (*_with_contender(decision, rollable, model, policy), plans)
 
 
@@ -172,9 +170,8 @@ def contender(decision: Decision, rollable: bool, model: CostModel) -> Decision 
         other = roll.policy
     else:
         return None
-    name = type(other).__name__
     return decision.with_reason(
-        f"{name}: the other side of an uncertain choice, raced against "
+        f"{type(other).__name__}: the other side of an uncertain choice, raced against "
         f"{decision.strategy}.",
         other,
         memory_needed=0,

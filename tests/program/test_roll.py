@@ -301,3 +301,45 @@ def test_calls_with_effects_run_in_order_and_are_not_stacked():
     seen.clear()
     _close(lxd.jit(f)(x), expected)
     assert seen == [3.0, 6.0, 9.0]
+
+
+def test_each_policy_s_estimate_is_reached_from_its_rule():
+    """The registry of rules (`RULES`, by policy class) reaches each policy's
+    estimate, the one `decide` reads by class below the program (`ESTIMATES`)."""
+    from lineax_dispatch.policies.decision._formulas import ESTIMATES
+    from lineax_dispatch.program.rewrite._rules import RULES
+
+    assert set(RULES) == set(ESTIMATES)
+    for policy, rule in RULES.items():
+        assert rule.estimate is ESTIMATES[policy]
+
+
+def test_a_roll_group_s_plan_is_made_once_per_program(monkeypatch):
+    """Two `Roll` groups one after the other: each group's plan is made once for
+    each program it is applied in (the first for the traced program, kept for
+    both kinds of loop; the second for each rewritten program), never for one
+    that no rewrite applies it in."""
+    from lineax_dispatch.program.rewrite import _rules
+
+    made = []
+    plan_roll = _rules.plan_roll
+    monkeypatch.setattr(
+        _rules,
+        "plan_roll",
+        lambda jaxpr, sites: made.append(jaxpr) or plan_roll(jaxpr, sites),
+    )
+    op, other, _ = _operators(lxd.Roll())
+
+    def f(x):
+        for _ in range(3):
+            x = op.mv(x) * 1.1
+        x = jnp.sin(x)
+        for _ in range(3):
+            x = other.mv(x) * 0.9
+        return x
+
+    compiled = lxd.jit(f)
+    jax.make_jaxpr(compiled)(ZOO_X)
+    compiled.lower(ZOO_X)
+    assert len(made) == 3 and len({id(jaxpr) for jaxpr in made}) == 3
+    _close(compiled(ZOO_X), jax.jit(f)(ZOO_X))

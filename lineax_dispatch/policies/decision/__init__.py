@@ -6,7 +6,7 @@
 - `_cost`: the cost of one `mv`, from its jaxpr or XLA's cost analysis;
 - `_model`: `CostModel`, the machine constants;
 - `_calibration`: this machine's constants, measured once and cached;
-- `_formulas`: the model's estimates of compile time, run time and memory per
-    strategy;
+- `_formulas`: each policy's estimate of compile time, run time and memory, by
+    policy class (`ESTIMATES`);
 - `_rule`: the decision rule, `decide(observation) -> Decision`;
 - `_unseen`: the decision for a call site of a program that is not read."""

@@ -74,27 +74,23 @@ def mv_run(o: Observation, model: CostModel) -> float:
 
 
 def _estimate(
-    policy: AbstractPolicy, compile_seconds: float, run_seconds: float, weight: float
+    policy: AbstractPolicy, compile_seconds: float, run_seconds: float, o: Observation
 ) -> Estimate:
-    return Estimate(
-        policy, compile_seconds, run_seconds, compile_seconds + weight * run_seconds
-    )
+    """`policy`'s estimate: its compile plus `o.runs` times its run, in seconds."""
+    seconds = compile_seconds + max(o.runs, 1.0) * run_seconds
+    return Estimate(policy, compile_seconds, run_seconds, seconds)
 
 
-def _sites_and_runs(o: Observation) -> tuple[int, float, float]:
-    """The program's call sites, its executions of `mv` per run and the runs."""
-    return (
-        max(o.call_sites, 1),
-        max(o.executions, 1.0) * max(o.batch, 1),
-        max(o.runs, 1.0),
-    )
+def _sites_and_runs(o: Observation) -> tuple[int, float]:
+    """The program's call sites and its executions of `mv` per run."""
+    return max(o.call_sites, 1), max(o.executions, 1.0) * max(o.batch, 1)
 
 
 def lazy_estimate(o: Observation, model: CostModel) -> Estimate:
     """The `Lazy` estimate: a copy of `mv` at every call site, run at native speed."""
-    k, runs, weight = _sites_and_runs(o)
+    k, runs = _sites_and_runs(o)
     copy = mv_compile(o, model) + model.compile_per_site
-    return _estimate(Lazy(), k * copy, runs * mv_run(o, model), weight)
+    return _estimate(Lazy(), k * copy, runs * mv_run(o, model), o)
 
 
 def roll_estimate(o: Observation, model: CostModel) -> Estimate | None:
@@ -102,7 +98,7 @@ def roll_estimate(o: Observation, model: CostModel) -> Estimate | None:
     they are independent, one batched call (its dot products on blocks of
     vectors: the flops of every execution, the operator's arrays read once per
     execution of a site). `None` where the sites do not roll (`o.rollable`)."""
-    k, runs, weight = _sites_and_runs(o)
+    k, runs = _sites_and_runs(o)
     if not o.rollable or k < 2:
         return None
     if o.stackable:
@@ -113,14 +109,10 @@ def roll_estimate(o: Observation, model: CostModel) -> Estimate | None:
         )
         roll_copy = batched_compile(o, model)
     else:
-        roll_run = runs * mv_run(o, model)
-        roll_copy = mv_compile(o, model)
-    return _estimate(
-        Roll(),
-        roll_copy + model.compile_per_site + model.roll_fixed + k * model.roll_site,
-        roll_run + k * model.roll_step,
-        weight,
-    )
+        roll_run, roll_copy = runs * mv_run(o, model), mv_compile(o, model)
+    site = model.compile_per_site
+    compile_seconds = roll_copy + site + model.roll_fixed + k * model.roll_site
+    return _estimate(Roll(), compile_seconds, roll_run + k * model.roll_step, o)
 
 
 def materialise_estimate(o: Observation, model: CostModel) -> Estimate:
@@ -132,19 +124,16 @@ def materialise_estimate(o: Observation, model: CostModel) -> Estimate:
     chunk = None if o.mv_effects or not o.mv_batchable else build_chunk(o, model)
     if chunk is None:
         return Estimate(Materialise())
-    k, runs, weight = _sites_and_runs(o)
+    k, runs = _sites_and_runs(o)
     builds = o.solves + (1 if o.call_sites > o.solves else 0)
     build = o.in_size * o.mv_flops / model.flops_per_second + math.ceil(
         o.in_size / chunk
     ) * (o.mv_bytes / mv_read_rate(o, model))
     apply = runs * o.matrix_bytes / read_rate(o.matrix_bytes, model)
-    site = model.compile_per_site
+    copy = model.materialise_fixed + batched_compile(o, model) + model.compile_per_site
+    compile_seconds = builds * copy + k * model.matmul_site
     return _estimate(
-        Materialise(batch_size=chunk),
-        builds * (model.materialise_fixed + batched_compile(o, model) + site)
-        + k * model.matmul_site,
-        builds * build + apply,
-        weight,
+        Materialise(batch_size=chunk), compile_seconds, builds * build + apply, o
     )
 
 
@@ -157,33 +146,20 @@ def outline_estimate(o: Observation, model: CostModel) -> Estimate:
     backend cannot run a host callback's call (`model.outline_callbacks`)."""
     if o.mv_effects or not (model.outline_native or model.outline_callbacks):
         return Estimate(Outline())
-    copy = mv_compile(o, model)
-    k, runs, weight = _sites_and_runs(o)
-    run_mv = mv_run(o, model)
+    copy, run_mv = mv_compile(o, model), mv_run(o, model)
+    k, runs = _sites_and_runs(o)
     if model.outline_native:
         compile_seconds = copy * (1 + model.outline_clone * (k - 1))
-        return _estimate(
-            Outline(),
-            compile_seconds + k * model.compile_per_site,
-            runs * run_mv,
-            weight,
-        )
-    return _estimate(
-        Outline(),
-        copy + model.compile_per_site + k * model.outline_site,
-        runs
-        * (
-            run_mv
-            + model.outline_call
-            + o.operator_bytes / model.callback_bytes_per_second
-        ),
-        weight,
-    )
+        compile_seconds += k * model.compile_per_site
+        return _estimate(Outline(), compile_seconds, runs * run_mv, o)
+    call = run_mv + model.outline_call
+    call += o.operator_bytes / model.callback_bytes_per_second
+    compile_seconds = copy + model.compile_per_site + k * model.outline_site
+    return _estimate(Outline(), compile_seconds, runs * call, o)
 
 
-# Each policy's estimate, by policy class, in the order a decision lists them.
-# Under `lxd.jit` the same functions are reached from the policy's rewrite rule
-# (`program/rewrite/_rules.py`, `Rule.estimate`).
+# Each policy's estimate by policy class, in the order a decision lists them; the
+# same functions its rule in `program/rewrite/_rules.py` reaches (`Rule.estimate`).
 ESTIMATES: dict[type, Callable[[Observation, CostModel], Estimate | None]] = {
     Lazy: lazy_estimate,
     Roll: roll_estimate,

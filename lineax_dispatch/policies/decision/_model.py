@@ -12,14 +12,6 @@ from .._outline import Outline
 from .._roll import Roll
 
 
-# The field of `CostModel` holding each policy's margin over `Lazy`, by policy class.
-_MARGINS = {
-    Roll: "departure_margin",
-    Outline: "departure_margin",
-    Materialise: "materialise_margin",
-}
-
-
 class CostModel(eqx.Module):
     """Machine constants for [`lineax_dispatch.decide`][], in seconds, bytes and
     flops.
@@ -170,8 +162,9 @@ class CostModel(eqx.Module):
         """How much cheaper than `Lazy` a policy of class `policy` must be estimated
         before `Auto` departs for it: `departure_margin` for `Roll` and `Outline`,
         `materialise_margin` for `Materialise`, 1 for any other."""
-        field = _MARGINS.get(policy)
-        return 1.0 if field is None else getattr(self, field)
+        if policy is Materialise:
+            return self.materialise_margin
+        return self.departure_margin if policy in (Roll, Outline) else 1.0
 
     def margins(self) -> dict[str, float]:
         """Each strategy's margin over `Lazy` (`margin`), by its policy class's name.
@@ -180,7 +173,7 @@ class CostModel(eqx.Module):
 
         A dict from strategy name to factor.
         """
-        return {policy.__name__: self.margin(policy) for policy in _MARGINS}
+        return {p.__name__: self.margin(p) for p in (Roll, Outline, Materialise)}
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
@@ -193,19 +186,13 @@ class CostModel(eqx.Module):
                     )
             elif field.name == "build_chunk":
                 check_positive_int(value, f"CostModel({field.name}=...)")
-            elif field.name == "outline_callbacks":
+            elif field.name in ("outline_callbacks", "outline_native"):
                 if not isinstance(value, bool):
                     raise TypeError(
-                        "`CostModel(outline_callbacks=...)` must be a bool; got "
+                        f"`CostModel({field.name}=...)` must be a bool; got "
                         f"{type(value).__name__}."
                     )
-            elif field.name == "outline_native":
-                if not isinstance(value, bool):
-                    raise TypeError(
-                        "`CostModel(outline_native=...)` must be a bool; got "
-                        f"{type(value).__name__}."
-                    )
-                if value and XLA_OUTLINE is None:
+                if field.name == "outline_native" and value and XLA_OUTLINE is None:
                     raise ValueError(
                         "`CostModel(outline_native=True)` needs a JAX with "
                         "`jax.Inline.XLA_LATE` (jax >= 0.11); this is jax "

@@ -32,16 +32,11 @@ def cheapest(
         allowed = [
             (s, e)
             for s, e in allowed
-            if isinstance(e.policy, Lazy) or s * _margin(e, model) < lazy
+            if isinstance(e.policy, Lazy) or s * model.margin(type(e.policy)) < lazy
         ]
     if not allowed:
         return None
     return min(allowed, key=lambda se: (se[0], not isinstance(se[1].policy, Lazy)))[1]
-
-
-def _margin(e: Estimate, model: CostModel) -> float:
-    """`e`'s strategy's margin over `Lazy` (`CostModel.margin`)."""
-    return model.margin(type(e.policy))
 
 
 def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
@@ -105,7 +100,7 @@ def decide(o: Observation, model: CostModel = CostModel()) -> Decision:
         reasons.append(
             f"Lazy (lineax's behaviour): {fastest.strategy} is estimated at "
             f"~{fastest.seconds:.3g} s ({others}), not more than "
-            f"{_margin(fastest, model):g}x (the model's measured error "
+            f"{model.margin(type(fastest.policy)):g}x (the model's measured error "
             "here) below Lazy's."
         )
     else:
@@ -123,7 +118,7 @@ def _estimate_reason(
     model's measured error where it has one; or why it is not allowed."""
     if e.seconds is None:
         return f"{e.strategy} not allowed: {_why_not(o, needed)}"
-    error = _margin(e, model)
+    error = model.margin(type(e.policy))
     within = (
         f", within x{error:g} (the model's measured error here)" if error > 1 else ""
     )
@@ -136,7 +131,7 @@ def _estimate_reason(
 def _error(e: Estimate, model: CostModel) -> str:
     """The model's measured error of `e` (`" (x/÷4.2)"`) where its margin says it
     has one (above 1), else `""`."""
-    error = _margin(e, model)
+    error = model.margin(type(e.policy))
     return f" (x/÷{error:g})" if error > 1 else ""
 
 

@@ -23,12 +23,7 @@ from ...policies._materialise import Materialise
 from ...policies._outline import Outline
 from ...policies._roll import Roll
 from ...policies.calls._marked import is_marked
-from ...policies.decision._formulas import (
-    lazy_estimate,
-    materialise_estimate,
-    outline_estimate,
-    roll_estimate,
-)
+from ...policies.decision._formulas import ESTIMATES
 from ..analyse._roll_plan import plan_roll, RollPlan
 from ..analyse._stack_plan import plan_stack, StackPlan
 from ._inline import inlined_jaxpr
@@ -66,9 +61,9 @@ class Rule:
         apply), for a rule whose application depends on the code around them.
     - `any_depth`: whether it applies to sites in loop bodies, branches and other
         calls too (else a group without top-level sites gets no action).
-    - `estimate`: the policy's estimate, `(Observation, CostModel) -> Estimate`
-        (`policies/decision/_formulas.py`; `decide`, below the program, reads the
-        same function from `ESTIMATES` there).
+    - `estimate`: the policy's estimate, `(Observation, CostModel) -> Estimate`,
+        registered by policy class in `policies/decision/_formulas.py`
+        (`ESTIMATES`), where `decide`, below the program, reads it.
     """
 
     phase: Phase
@@ -122,10 +117,10 @@ def _outline(closed: Any, callee: Any, action: "Action") -> Any:
 
 
 RULES: dict[type, Rule] = {
-    Roll: Rule(Phase.EACH, _roll, plan=_roll_plan, estimate=roll_estimate),
-    Materialise: Rule(Phase.EACH, _materialise, estimate=materialise_estimate),
-    Outline: Rule(Phase.FIRST, _outline, any_depth=True, estimate=outline_estimate),
-    Lazy: Rule(Phase.LAST, inlined_jaxpr, estimate=lazy_estimate),
+    Roll: Rule(Phase.EACH, _roll, plan=_roll_plan, estimate=ESTIMATES[Roll]),
+    Materialise: Rule(Phase.EACH, _materialise, estimate=ESTIMATES[Materialise]),
+    Outline: Rule(Phase.FIRST, _outline, any_depth=True, estimate=ESTIMATES[Outline]),
+    Lazy: Rule(Phase.LAST, inlined_jaxpr, estimate=ESTIMATES[Lazy]),
 }
 
 
@@ -138,8 +133,7 @@ def rule_of(policy: Any) -> Rule:
     return RULES[Lazy]
 
 
-# An `Action`'s plan not made yet.
-_UNMADE = object()
+_UNMADE = object()  # an `Action`'s plan not made yet
 
 
 @dataclasses.dataclass
@@ -152,15 +146,14 @@ class Action:
     - `policy`: the policy applied (`Roll()` for a `Roll` operator's sites and the
         user's repeated functions).
     - `planned_on`: the program (a `jax.extend.core.Jaxpr`) the group was found
-        in; once an earlier rewrite changed the program, the rewrite makes the
-        plan for the sites where they then are (`plan_in`).
+        in; in a program an earlier rewrite changed, the plan is made for the
+        sites where they then are (`plan_in`).
     - `arrays`: how many of the call's inputs are the operator's arrays (the rest
         are the vector's leaves).
     - `plan`: its rule's plan for the group's top-level sites in `planned_on`
-        (`None` where the rule makes none, or where it does not apply there):
-        made at the decide stage where deciding needed it (`Roll`'s, for `Auto`),
-        else when the rewrite first asks for it, and kept for the rewrite of
-        another kind of loop.
+        (`None` where the rule makes none, or where it does not apply there), made
+        at the decide stage where deciding needs it (`Roll`'s, for `Auto`), else
+        when the rewrite first asks for it (and kept for the other kind of loop).
     """
 
     policy: Any
