@@ -4,7 +4,6 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -12,6 +11,7 @@ import lineax as lx
 from jax.sharding import PartitionSpec
 from jaxtyping import Array, Bool, Inexact, Real
 
+from .._compat import is_tracer
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
 from ..policies._memory import (
@@ -144,19 +144,15 @@ def read(
     eagerly, traced inline otherwise. The result carries no gradient (a
     preconditioner changes the iterates of a solve, not its solution).
 
-    **Arguments:**
-
-    - `operator`: a square operator (checked by `check_operator`).
-    - `block_size`: the size of the blocks.
-    - `pattern`: the user's pattern, or `None`.
-    - `budget`: bytes for reading through `mv`.
+    **Arguments:** as for `_structure.plan` (`operator` checked by
+    `check_operator`).
 
     **Returns:**
 
     A `Built`.
     """
     eager = current_scope() is None and not any(
-        isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(operator)
+        is_tracer(x) for x in jax.tree_util.tree_leaves(operator)
     )
     found = (_compiled_read if eager else _read)(operator, block_size, pattern, budget)
     return lax.stop_gradient(found)

@@ -195,19 +195,8 @@ def blocks_of(
     budget: int,
     pattern: AbstractPattern | None,
 ) -> Inexact[Array, "k b b"]:
-    """The diagonal blocks of `operator`, as `plan` says.
-
-    **Arguments:**
-
-    - `operator`: a square operator.
-    - `block_size`: the size of the blocks.
-    - `budget`: bytes for reading through `mv`.
-    - `pattern`: the user's pattern, or `None`.
-
-    **Returns:**
-
-    The blocks, those past the last unknown the identity's.
-    """
+    """The diagonal blocks of `operator`, as `plan` says (the arguments as for
+    `plan`), those past the last unknown the identity's."""
     b = block_size
     if isinstance(operator, _HELD):
         return dense_blocks(operator.as_matrix(), b)
