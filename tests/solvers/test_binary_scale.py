@@ -1,6 +1,7 @@
 """The power of two every solver divides its right-hand side and its norms by
-(`binary_scale`): exact, and in float64 built by arithmetic alone, since XLA:TPU
-does not compile `frexp` of a float64 (its emulated bit shifts: "Binary op
+(`binary_scale`): exact; from the bits of the largest entry, except for a float64
+on a TPU, where it is built by arithmetic alone, since XLA:TPU does not compile
+bit operations of a float64 (its emulated bit shifts: "Binary op
 shift-right-arithmetic with different element types", seen on a TPU v5e)."""
 
 import re
@@ -9,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import export
 
 from lineax_dispatch.solvers.skeleton._flat_vectors import binary_scale
 
@@ -30,8 +32,23 @@ def test_the_scale_is_the_power_of_two_below_the_largest_entry(dtype):
         assert binary_scale(jnp.full(3, special, dtype)) == 1
 
 
-def test_a_float64_scale_uses_no_bit_manipulation():
-    text = jax.jit(binary_scale).lower(jnp.ones(4, jnp.float64)).as_text()
-    operations = set(re.findall(r"stablehlo\.(\w+)", text))
+def _operations(platform: str, dtype) -> set[str]:
+    exported = export.export(jax.jit(binary_scale), platforms=[platform])(
+        jax.ShapeDtypeStruct((4,), dtype)
+    )
+    return set(re.findall(r"stablehlo\.(\w+)", exported.mlir_module()))
+
+
+def test_a_float64_scale_on_a_tpu_uses_no_bit_manipulation():
+    operations = _operations("tpu", jnp.float64)
     assert "multiply" in operations  # the text was read
     assert not {op for op in operations if "shift" in op or "bitcast" in op}
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_elsewhere_the_scale_clears_the_mantissa_bits(dtype):
+    # A few scalar operations rather than a chain of them: XLA fuses them into
+    # each kernel that reads the scale.
+    operations = _operations("cpu", dtype)
+    assert "bitcast_convert" in operations
+    assert not {"log", "floor", "power"} & operations

@@ -286,21 +286,43 @@ def _branch_select_batched(
 
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
-    scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact (away from
-    overflow and subnormals)."""
+    scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact
+    (away from overflow and subnormals).
+
+    `2^e` is `max |x|` with its mantissa bits cleared: a few scalar operations,
+    which XLA fuses into each kernel that reads the scale. On a TPU a float64's
+    bits are not at hand (XLA:TPU emulates float64: its `frexp` and bit shifts do
+    not compile), and there it is built by arithmetic (`_power_of_two_below`)."""
     real = jnp.finfo(x.dtype).dtype
     if x.size == 0:
         return jnp.ones((), real)
     largest = jnp.max(jnp.abs(x)).astype(real)
-    usable = (largest > 0) & jnp.isfinite(largest)
     if real == jnp.float64:
-        # XLA:TPU does not compile `frexp` of a float64 (its emulated bit shifts).
-        unit = _power_of_two_below(jnp.where(usable, largest, jnp.ones((), real)))
-    else:
-        _, exponent = jnp.frexp(largest)  # largest = mantissa * 2^exponent
-        unit = jnp.ldexp(jnp.ones((), real), exponent - 1)
-    # A subnormal `largest` gives 0 where the backend flushes subnormals to zero.
-    return jnp.where(usable & (unit > 0), unit, jnp.ones((), real))
+        return lax.platform_dependent(
+            largest, tpu=_power_of_two_by_arithmetic, default=_power_of_two_by_bits
+        )
+    return _power_of_two_by_bits(largest)
+
+
+def _power_of_two_by_bits(value: Float[Array, ""]) -> Float[Array, ""]:
+    """`binary_scale` of a vector whose largest magnitude is `value`: `value`
+    with its mantissa bits cleared; 1 where its exponent bits are all clear (zero
+    or subnormal) or all set (not finite)."""
+    info = jnp.finfo(value.dtype)
+    integer = jnp.dtype(f"int{info.bits}")
+    exponent_bits = np.array(((1 << info.nexp) - 1) << info.nmant, integer)
+    top = lax.bitwise_and(lax.bitcast_convert_type(value, integer), exponent_bits)
+    usable = (top > 0) & (top < exponent_bits)
+    return jnp.where(usable, lax.bitcast_convert_type(top, value.dtype), 1)
+
+
+def _power_of_two_by_arithmetic(value: Float[Array, ""]) -> Float[Array, ""]:
+    """`binary_scale` of a float64 vector whose largest magnitude is `value`, by
+    arithmetic alone."""
+    normal = jnp.finfo(value.dtype).smallest_normal
+    usable = (value >= normal) & jnp.isfinite(value)
+    unit = _power_of_two_below(jnp.where(usable, value, jnp.ones((), value.dtype)))
+    return jnp.where(usable, unit, jnp.ones((), value.dtype))
 
 
 def _power_of_two_below(value: Float[Array, ""]) -> Float[Array, ""]:
