@@ -67,6 +67,8 @@ def assemble(
 
 
 def _build(operator, block_size, pattern, memory_budget, throw, what):
+    if not isinstance(throw, bool):
+        raise TypeError(f"`{what}(..., throw=...)` must be a bool; got {throw!r}.")
     blocks = what == "lxd.block_jacobi"
     check_operator(operator, what)
     check_pattern(pattern, f"{what}(..., pattern=...)")
@@ -145,7 +147,6 @@ def jacobi(
                               options={"preconditioner": m})
         ```
     """
-    _check_throw(throw, "lxd.jacobi")
     found = _build(operator, 1, pattern, memory_budget, throw, "lxd.jacobi")
     assert isinstance(found, JacobiPreconditioner)
     return found
@@ -197,14 +198,8 @@ def block_jacobi(
         ```
     """
     block_size = check_positive_int(block_size, "lxd.block_jacobi(block_size=...)")
-    _check_throw(throw, "lxd.block_jacobi")
     found = _build(
         operator, block_size, pattern, memory_budget, throw, "lxd.block_jacobi"
     )
     assert isinstance(found, BlockJacobiPreconditioner)
     return found
-
-
-def _check_throw(throw, what: str) -> None:
-    if not isinstance(throw, bool):
-        raise TypeError(f"`{what}(..., throw=...)` must be a bool; got {throw!r}.")
