@@ -73,30 +73,24 @@ def _lineax_implementation(
     raise TypeError(f"{type(operator).__name__} subclasses no lineax operator")
 
 
-def _check_plain_operands(
-    operator: lx.AbstractLinearOperator, policy: Any, what: str
-) -> None:
-    """Checks the dense matrix of each matrix-free plain lineax operand (reached
-    through plain lineax nodes) against `policy`'s budget; operands of ours check
-    their own, under the budget in force."""
+def _check_dense(operator: lx.AbstractLinearOperator, policy: Any, what: str) -> None:
+    """Checks the dense matrix of `operator` against `policy`'s budget where it is
+    matrix-free, else that of each matrix-free plain lineax operand (reached
+    through plain lineax nodes); operands of ours check their own, under the
+    budget in force."""
+    if isinstance(operator, _MATRIX_FREE):
+        if not banded(operator):
+            check_dense_budget(operator, policy, what=what)
+        return
     for operand in operands_of(operator):
-        if isinstance(operand, AbstractDispatchOperator):
-            continue
-        if isinstance(operand, _MATRIX_FREE):
-            if not banded(operand):
-                check_dense_budget(operand, policy, what=what)
-        else:
-            _check_plain_operands(operand, policy, what)
+        if not isinstance(operand, AbstractDispatchOperator):
+            _check_dense(operand, policy, what)
 
 
 @lx.materialise.register(AbstractDispatchOperator)
 def _materialise(operator: AbstractDispatchOperator) -> AbstractDispatchOperator:
-    what = "`materialise`"
-    if isinstance(operator, _MATRIX_FREE):
-        if not banded(operator):
-            check_dense_budget(operator, operator.policy, what=what)
-    elif not holds_entries(operator):
-        _check_plain_operands(operator, operator.policy, what)
+    if not holds_entries(operator):
+        _check_dense(operator, operator.policy, "`materialise`")
     with policy_in_force(operator.policy), batched_products():
         out = _sharded_matrix(operator)
         if out is None:
