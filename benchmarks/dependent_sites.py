@@ -3,7 +3,8 @@ compile and one run of a fresh program) and the run per `mv`, of k dependent `mv
 sites of a dense-layer chain (the weights as the operator's arrays, arguments of
 the program), for `lxd.jit` with `Auto` (raced where it races), `Roll` and `Lazy`,
 against plain lineax under `eqx.filter_jit` and the same program rolled by hand
-(a `lax.fori_loop`), in one process.
+(a `lax.fori_loop`, also unrolled 2 and 4 times: what unrolling the loop trades
+between compile and run), in one process.
 
 The programs are `benchmarks.program`'s dependent pattern: `x = op.mv(x); x = x *
 (c_i / |x|)` k times. Targets (the accelerator issue's): 16 sites compile in at
@@ -36,6 +37,8 @@ KS = (1, 16)
 VARIANTS = {
     "lineax": None,
     "by hand (lineax)": None,
+    "by hand, unroll=2": None,
+    "by hand, unroll=4": None,
     "lxd.jit + Auto": lxd.Auto,
     "lxd.jit + Roll": lxd.Roll,
     "lxd.jit + Lazy": lxd.Lazy,
@@ -50,8 +53,11 @@ def measure(variant: str, layers, n: int, k: int) -> dict:
     op = _operator(weights, scales, n, None if policy is None else policy())
     xs = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
     xs = jax.block_until_ready(xs)
-    program = (BY_HAND if variant == "by hand (lineax)" else PATTERNS)["dependent"]
-    body = lambda op, xs: program(op, xs)
+    if variant.startswith("by hand"):
+        unroll = int(variant.split("=")[1]) if "unroll=" in variant else 1
+        body = lambda op, xs: BY_HAND["dependent"](op, xs, unroll=unroll)
+    else:
+        body = lambda op, xs: PATTERNS["dependent"](op, xs)
     f = eqx.filter_jit(body) if policy is None else lxd.jit(body)
     start = time.perf_counter()
     jax.block_until_ready(f(op, xs))

@@ -111,14 +111,15 @@ def independent_by_hand(op, xs):
     return jnp.sum(jax.vmap(op.mv)(xs), axis=0)
 
 
-def dependent_by_hand(op, xs):
-    """`dependent` as a user would write it by hand: a `lax.fori_loop`."""
+def dependent_by_hand(op, xs, unroll: int = 1):
+    """`dependent` as a user would write it by hand: a `lax.fori_loop` (its body
+    repeated `unroll` times)."""
 
     def step(i, x):
         x = op.mv(x)
         return x * ((1.0 + 0.01 * i) / jnp.sqrt(jnp.vdot(x, x)))
 
-    return jax.lax.fori_loop(0, xs.shape[0], step, xs[0])
+    return jax.lax.fori_loop(0, xs.shape[0], step, xs[0], unroll=unroll)
 
 
 PATTERNS = {"independent": independent, "dependent": dependent}
