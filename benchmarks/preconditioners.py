@@ -25,7 +25,9 @@ What is measured
   told its pattern, solved with and without it (built, applied only where the
   diagonal spans 10x: its regret).
 
-Run: `python -m benchmarks.preconditioners [--quick] [--grids 64,256] [--out DIR]`.
+Run: `python -m benchmarks.preconditioners [--quick] [--grids 64,256]
+[--parts diffusion,spread,blocks,families] [--out DIR]` (`--parts`: only those
+parts, e.g. where float64 compiles slowly, as on a TPU).
 Results: `preconditioners.json` and `.png`.
 """
 
@@ -48,6 +50,7 @@ FULL = dict(grids=(64, 256), block_n=4096, block_size=64, dtype="float64")
 QUICK = dict(grids=(32, 64), block_n=1024, block_size=32)
 TOL = dict(rtol=1e-6, atol=1e-6)
 SPANS = (1.0, 10.0, 100.0, 1e3)
+PARTS = ("diffusion", "spread", "blocks", "families")
 
 
 def _steps(sol) -> jax.Array:
@@ -295,7 +298,16 @@ def main(argv=None):
     parser.add_argument("--block-n", dest="block_n", type=int)
     parser.add_argument("--block-size", dest="block_size", type=int)
     parser.add_argument("--dtype", choices=("float64", "float32"))
+    parser.add_argument(
+        "--parts",
+        type=lambda text: tuple(text.split(",")),
+        default=PARTS,
+        help=f"comma-separated, of {','.join(PARTS)}",
+    )
     args = parser.parse_args(argv)
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        parser.error(f"--parts: unknown {sorted(unknown)}; the parts are {PARTS}")
     harness.fill_defaults(args, FULL, QUICK)
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -308,16 +320,21 @@ def main(argv=None):
         dtype=args.dtype,
         tol=TOL,
         spans=SPANS,
+        parts=list(args.parts),
     )
     harness.print_setup(env, config)
     start = time.perf_counter()
     measure_diffusion(16, dtype)  # warm-up: a process's first compile pays more
     print("(warm-up done)")
     payload: dict = dict(environment=env, config=config)
-    payload["diffusion"] = [measure_diffusion(s, dtype) for s in args.grids]
-    payload["spread"] = measure_spread(args.grids[0], dtype)
-    payload["blocks"] = measure_blocks(args.block_n, args.block_size, dtype)
-    payload["families"] = measure_families(1024 if args.quick else 4096)
+    parts = dict(
+        diffusion=lambda: [measure_diffusion(s, dtype) for s in args.grids],
+        spread=lambda: measure_spread(args.grids[0], dtype),
+        blocks=lambda: measure_blocks(args.block_n, args.block_size, dtype),
+        families=lambda: measure_families(1024 if args.quick else 4096),
+    )
+    for part in args.parts:
+        payload[part] = parts[part]()
     payload["seconds"] = time.perf_counter() - start
     print(preconditioners_report.report(payload))
     harness.write_results(
