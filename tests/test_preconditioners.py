@@ -4,6 +4,7 @@ vectors, float64 and complex), solves with them against lineax's with a diagonal
 built by hand, one `mv` site and one preconditioner site, the precision of the
 probes, the errors, `AutoSolver`'s choice, and sharded vectors."""
 
+import itertools
 import re
 
 import jax
@@ -199,6 +200,23 @@ def test_probes_run_at_float32_precision():
         text = jax.jit(build, static_argnums=1).lower(w, pattern).as_text()
         found = re.findall(r"precision = \[(\w+), (\w+)\]", text)
         assert found and {p for pair in found for p in pair} == {"HIGHEST"}
+
+
+def test_colourings_divide_in_int32():
+    """With float64 enabled (as this suite runs), the colourings' index arithmetic
+    is int32: XLA:TPU emulates int64, and its division and remainder took tens of
+    seconds to compile there."""
+    a = _coefficient(10.0)
+
+    def build(a, pattern, size):
+        return lxd.block_jacobi(_operator(a), size, pattern=pattern).inverse_blocks
+
+    patterns = (lxd.Stencil((S, S), FIVE_POINT), lxd.Band(S, S))
+    for pattern, size in itertools.product(patterns, (1, 4)):
+        text = jax.jit(build, static_argnums=(1, 2)).lower(a, pattern, size).as_text()
+        integer = r"stablehlo\.(?:divide|remainder) .*: tensor<(?:\d+x)*(i\d+)>"
+        widths = set(re.findall(integer, text))
+        assert widths == {"i32"}, widths
 
 
 def test_errors_name_the_argument_and_what_was_given():

@@ -13,7 +13,7 @@ import jax.flatten_util as jfu
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, Inexact
+from jaxtyping import Array, Inexact, Int
 
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
@@ -99,6 +99,13 @@ def padded_count(n: int, block_size: int) -> int:
     return math.ceil(n / block_size)
 
 
+def indices(n: int) -> Int[Array, " n"]:
+    """`0, ..., n - 1`, as int32 where they fit: with float64 enabled `jnp.arange`
+    gives int64, which XLA:TPU emulates, and the division and remainder of a
+    colouring then take tens of seconds to compile there."""
+    return jnp.arange(n, dtype=jnp.int32 if n < 2**31 else jnp.int64)
+
+
 def identity_padding(
     blocks: Inexact[Array, "k b b"], n: int
 ) -> Inexact[Array, "k b b"]:
@@ -108,7 +115,7 @@ def identity_padding(
     count, size, _ = blocks.shape
     if count * size == n:
         return blocks
-    index = jnp.arange(count * size).reshape(count, size)
+    index = indices(count * size).reshape(count, size)
     inside = (index < n)[:, :, None] & (index < n)[:, None, :]
     eye = jnp.eye(size, dtype=blocks.dtype)
     return jnp.where(inside, blocks, eye)
@@ -125,13 +132,13 @@ def _coloured_blocks(
     mv = plain_mv(operator)
 
     def apply(colour):
-        probe = (colouring.colour_of(jnp.arange(n)) == colour).astype(flat_in.dtype)
+        probe = (colouring.colour_of(indices(n)) == colour).astype(flat_in.dtype)
         if sharding is not None:
             probe = jax.sharding.reshard(probe, sharding)
         image, _ = jfu.ravel_pytree(mv(unravel(probe)))
         return image
 
-    colours = jnp.arange(found.probes)
+    colours = indices(found.probes)
     with batched_products():
         if found.batch >= found.probes:
             images = jax.vmap(apply)(colours)
@@ -140,7 +147,7 @@ def _coloured_blocks(
     count = padded_count(n, b)
     images = jnp.pad(images, ((0, 0), (0, count * b - n))).reshape(-1, count, b)
     # Column t of block k was read by the probe of its colour: rows of block k.
-    column_colours = colouring.colour_of(jnp.arange(count * b)) % found.probes
+    column_colours = colouring.colour_of(indices(count * b)) % found.probes
     which = column_colours.reshape(count, b).T[:, :, None]
     read = jnp.take_along_axis(images, which, axis=0)  # [t, k, r]
     return jnp.transpose(read, (1, 2, 0))
