@@ -241,7 +241,7 @@ def _autosolver(data: dict) -> str:
     )
 
 
-def _preconditioners(data: dict) -> str:
+def _diffusion_table(data: dict) -> str:
     rows = []
     for d in data["diffusion"]:
         for name, r in d["results"].items():
@@ -256,6 +256,31 @@ def _preconditioners(data: dict) -> str:
                 )
             )
     diffusion = _table(("grid", "program", "steps", "run", "compile + run"), rows)
+    return (
+        f"Diffusion stencil, {data['config']['dtype']}, its coefficient spanning 1e3 "
+        f'("run": the compiled program\'s median call, build and solve):\n\n{diffusion}'
+    )
+
+
+def _preconditioners(data: dict) -> str:
+    parts = [_diffusion_table(data)] if "diffusion" in data else []
+    if "spread" in data:
+        parts.append(_spread_table(data))
+    if "blocks" in data:
+        parts.append(_blocks_table(data["blocks"]))
+    if "families" in data:
+        f = data["families"]
+        chosen = sum(c["preconditioned"] for c in f["choices"])
+        parts.append(
+            f"The operators of `benchmarks.families`: `AutoSolver` took a "
+            f"preconditioner on {chosen} of {len(f['choices'])}; the stencil family "
+            f"at n = {f['stencil_n']}, told its pattern, took {_x(f['regret'])} the "
+            "total of its solve without it."
+        )
+    return "\n\n".join(parts)
+
+
+def _spread_table(data: dict) -> str:
     spread = _table(
         ("coefficient span", "diagonal spread", "plain CG steps", "Jacobi steps"),
         [
@@ -268,25 +293,21 @@ def _preconditioners(data: dict) -> str:
             for r in data["spread"]
         ],
     )
-    b = data["blocks"]
+    s = data["config"]["grids"][0]
+    return f"The spread rule, {s} x {s}:\n\n{spread}"
+
+
+def _blocks_table(b: dict) -> str:
     blocks = _table(
         ("preconditioner", "steps", "compile + run"),
         [(k, r["steps"], f"{r['total_s']:.2f} s") for k, r in b["results"].items()],
     )
-    f = data["families"]
-    chosen = sum(c["preconditioned"] for c in f["choices"])
     return (
-        'Diffusion stencil, its coefficient spanning 1e3 ("run": the compiled '
-        f"program's median call, build and solve):\n\n{diffusion}\n\nThe spread "
-        f"rule, {data['diffusion'][0]['s']} x {data['diffusion'][0]['s']}:\n\n"
-        f"{spread}\n\nA block-diagonal-dominant dense operator (n = {b['n']}, "
+        f"A block-diagonal-dominant dense operator (n = {b['n']}, "
         f"blocks of {b['block_size']}): Jacobi takes "
         f"{_x(b['jacobi_over_block_steps'], 1)} the steps of block Jacobi; "
         f"`AutoSolver(block_size={b['block_size']})` chose `{b['auto_chose']}` "
-        f"({' '.join(b['auto_reasons'])})\n\n{blocks}\n\nThe operators of "
-        f"`benchmarks.families`: `AutoSolver` took a preconditioner on {chosen} of "
-        f"{len(f['choices'])}; the stencil family at n = {f['stencil_n']}, told its "
-        f"pattern, took {_x(f['regret'])} the total of its solve without it."
+        f"({' '.join(b['auto_reasons'])})\n\n{blocks}"
     )
 
 
@@ -302,4 +323,5 @@ TABLES = {
     "sharded": _sharded,
     "autosolver": _autosolver,
     "preconditioners": _preconditioners,
+    "preconditioners-float64-64": _preconditioners,
 }
