@@ -52,6 +52,11 @@ def _blocks_line(blocks: dict) -> str:
         f"blocks n={blocks['n']}: Jacobi/block Jacobi steps {ratio:.2f}x (target >= 2: "
         f"{harness.met(ratio >= 2)}); AutoSolver chose {blocks['auto_chose']}, "
         f"applied {blocks['auto_preconditioned']}"
+        + (
+            f", {blocks['auto_over_best']:.2f}x the best total"
+            if "auto_over_best" in blocks
+            else ""
+        )
     )
 
 

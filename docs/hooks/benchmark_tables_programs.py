@@ -307,7 +307,13 @@ def _blocks_table(b: dict) -> str:
         f"blocks of {b['block_size']}): Jacobi takes "
         f"{_x(b['jacobi_over_block_steps'], 1)} the steps of block Jacobi; "
         f"`AutoSolver(block_size={b['block_size']})` chose `{b['auto_chose']}` "
-        f"({' '.join(b['auto_reasons'])})\n\n{blocks}"
+        f"({' '.join(b['auto_reasons'])})"
+        + (
+            f", {_x(b['auto_over_best'])} the best fixed program's compile + run"
+            if "auto_over_best" in b
+            else ""
+        )
+        + f"\n\n{blocks}"
     )
 
 
