@@ -186,24 +186,91 @@ class StaticSpec:
         return found
 
 
-def array_signature(args: tuple) -> tuple:
-    """The key of a call whose arguments are all bare `jax.Array`s, positional,
-    none static: each one's shape, dtype, weak type and placement (what
-    `split_arguments` keys them by), with `None` for an argument that is something
-    else (a NumPy array or number, a PyTree)."""
-    if len(args) == 1:  # the commonest call, without building a list
-        (x,) = args
-        if isinstance(x, jax.Array):
-            return ((x.shape, x.dtype, x.weak_type, array_placement(x)),)
-        return (None,)
-    return tuple(
-        [
-            (x.shape, x.dtype, x.weak_type, array_placement(x))
-            if isinstance(x, jax.Array)
-            else None
-            for x in args
-        ]
-    )
+def _array_entry(x: jax.Array) -> tuple:
+    """A `jax.Array` argument's part of a `LastCall`'s signature: its shape, dtype,
+    weak type and placement (what `split_arguments` keys it by)."""
+    return (x.shape, x.dtype, x.weak_type, array_placement(x))
+
+
+class _Same:
+    """A static leaf's part of a `LastCall`'s signature: the leaf itself, matched
+    by identity (the same object gives the same key in `split_arguments`)."""
+
+    __slots__ = ("leaf",)
+
+    def __init__(self, leaf: Any):
+        self.leaf = leaf
+
+
+class LastCall:
+    """The last compiled program called with positional arguments, none static
+    whole, whose traced leaves are all `jax.Array`s, and what a call must match
+    to go straight to it, as `jax.jit`'s fast path does: splitting and keying the
+    arguments (`split_arguments`) is Python work before each dispatch, a large
+    share of a cheap solve's call.
+
+    A call matches where its arguments flatten to the same PyTree structure, each
+    array leaf with the same shape, dtype, weak type and placement, and each
+    static leaf (a number, a string, a function) the very object of the last
+    call: then `split_arguments` would give the same key. (A NumPy array leaf is
+    traced, but keyed as an array of its own: such calls take the split.)
+
+    **Arguments:**
+
+    - `args`: the call's positional arguments.
+    - `call`: the compiled program's call (`executable_call`), taking the
+        arguments with `None` for every static leaf.
+    - `box`: the output's static half (`None` where the output is all arrays).
+    """
+
+    __slots__ = ("treedef", "signature", "statics", "call", "box")
+
+    def __init__(self, args: tuple, call: Callable, box: Any):
+        leaves, self.treedef = jtu.tree_flatten(args)
+        self.signature = tuple(
+            _array_entry(x) if isinstance(x, jax.Array) else _Same(x) for x in leaves
+        )
+        self.statics = any(type(e) is _Same for e in self.signature)
+        self.call, self.box = call, box
+
+    @staticmethod
+    def of(args: tuple, call: Callable, box: Any) -> "LastCall | None":
+        """A `LastCall` of these arguments, or `None` where a leaf is a NumPy
+        array or number (traced, but not a `jax.Array`)."""
+        if any(isinstance(x, _ARRAY_TYPES[:2]) for x in jtu.tree_leaves(args)):
+            return None
+        return LastCall(args, call, box)
+
+    def __call__(self, args: tuple) -> Any:
+        """The program's output for `args`, or `_MISSED` where they do not match."""
+        leaves, treedef = jtu.tree_flatten(args)
+        if treedef != self.treedef:
+            return _MISSED
+        for x, expected in zip(leaves, self.signature):
+            if type(expected) is _Same:
+                if x is not expected.leaf:
+                    return _MISSED
+            elif not isinstance(x, jax.Array) or _array_entry(x) != expected:
+                return _MISSED
+        if self.statics:
+            dynamic = [
+                x if type(e) is tuple else None for x, e in zip(leaves, self.signature)
+            ]
+            args = jtu.tree_unflatten(treedef, dynamic)
+        out = self.call(*args)
+        return out if self.box is None else self.box.combine(out)
+
+
+class _Missed:
+    """What a `LastCall` gives for arguments that do not match it."""
+
+
+_MISSED = _Missed()
+
+
+def missed(out: Any) -> bool:
+    """Whether a `LastCall`'s output says its arguments did not match."""
+    return out is _MISSED
 
 
 def split_arguments(spec: StaticSpec, args: tuple, kwargs: dict) -> Arguments:

@@ -33,6 +33,12 @@ class CallConvention:
         )
         self._static_key = static_key(split.key)
 
+    @property
+    def positional(self) -> bool:
+        """Whether no argument is static whole: the call's arguments are the
+        program's, static leaves and all (see `LastCall`)."""
+        return not self._spec.any_static
+
     @staticmethod
     def _call_tree(args: tuple, kwargs: dict) -> Any:
         return jtu.tree_structure((args, kwargs))

@@ -16,9 +16,10 @@ from ..policies.decision._records import Decision
 from . import _compiled, _trace
 from ._arguments import (
     Arguments,
-    array_signature,
     check_jit_kwargs,
     check_static_arguments,
+    LastCall,
+    missed,
     split_arguments,
     StaticSpec,
 )
@@ -64,9 +65,8 @@ class CompileAware:
             fun, jit_kwargs.get("static_argnums"), jit_kwargs.get("static_argnames")
         )
         self._compiled: dict[Any, Compiled] = {}
-        # The last compiled program called with bare arrays: `(signature,
-        # executable, output box or None where the output is all arrays)`.
-        self._last: tuple | None = None
+        # The last compiled program called, for calls that match its arguments.
+        self._last: LastCall | None = None
         functools.update_wrapper(self, fun, updated=())
         own = CompileAware.__slots__
         self.__dict__.update(
@@ -131,19 +131,13 @@ class CompileAware:
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
         last = self._last
-        if (
-            last is not None
-            and not kwargs
-            and array_signature(args) == last[0]
-            and root_trace_ref() is None
-            and current_session() is None
-        ):
-            # Bare arrays of the last call's signature: straight to its program's
-            # own call, as `jax.jit`'s fast path (splitting the arguments is
-            # Python work before each dispatch, a large share of a cheap solve).
-            _, call, box = last
-            return call(*args) if box is None else box.combine(call(*args))
         outside = root_trace_ref() is None and current_session() is None
+        if last is not None and not kwargs and outside:
+            # Arguments of the last call's signature: straight to its program's
+            # own call, as `jax.jit`'s fast path (see `LastCall`).
+            out = last(args)
+            if not missed(out):
+                return out
         split = self.split(args, kwargs)
         entry = self._compiled.get(split.key)
         if entry is not None and entry.program.plain and outside:
@@ -163,14 +157,12 @@ class CompileAware:
             raise
 
     def _keep_last(self, args: tuple, kwargs: dict, entry: Compiled) -> None:
-        """Keeps `entry`'s program for the next call with these arguments' signature
-        where they are bare arrays, positional, none static."""
+        """Keeps `entry`'s program for the next call with these arguments'
+        signature where they are positional, none static whole (`LastCall`)."""
         if kwargs or self._spec.any_static:
             return
-        signature = array_signature(args)
-        if None not in signature:
-            box = None if entry.box.arrays_only else entry.box
-            self._last = (signature, executable_call(entry.program.executable), box)
+        box = None if entry.box.arrays_only else entry.box
+        self._last = LastCall.of(args, executable_call(entry.program.executable), box)
 
     def __repr__(self) -> str:
         return f"lxd.jit({self._fun!r})"

@@ -124,6 +124,11 @@ def test_operators_and_rewritten_programs():
     expected = jax.jit(lambda x: f(lazy, x))(x)
     op = operator(lxd.Roll())
     c = _compiled(lxd.jit, f, op, x)
-    np.testing.assert_allclose(c(op, x), expected, rtol=1e-12, atol=1e-12)
+    for _ in range(2):  # (the repeated call goes straight to the program)
+        np.testing.assert_allclose(c(op, x), expected, rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeError, match="static"):
         c(operator(lxd.Roll(), scale=2.0), x)
+    expected = jax.jit(lambda x: f(lazy, x))(2 * x)
+    np.testing.assert_allclose(c(op, 2 * x), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError):
+        c(op, jnp.ones(n + 1))

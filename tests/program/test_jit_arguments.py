@@ -2,11 +2,14 @@
 functions, static and donated arguments, Python and NumPy numbers in and out, NumPy
 arrays as static arguments, functions closing over an enclosing trace's values."""
 
+from unittest import mock
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import lineax_dispatch as lxd
+from lineax_dispatch.program import _jit as _jit_module
 
 from ..helpers.roll_programs import (
     _close,
@@ -153,3 +156,52 @@ def test_repeated_calls_with_arrays_of_other_signatures_are_traced_again():
     # Under a trace: the program as a function that the trace transforms.
     np.testing.assert_array_equal(jax.vmap(lambda v: g(v)[0])(jnp.ones((2, 3))), 2.0)
     np.testing.assert_array_equal(jax.grad(lambda v: g(v)[0].sum())(x), 2.0)
+
+
+def test_repeated_calls_with_pytrees_of_the_last_signature_skip_the_split():
+    """A repeated call whose PyTree arguments match the last call's (structure,
+    array signatures, the same static objects) goes straight to its compiled
+    program, as `jax.jit`'s does; a static leaf of another value, an array of
+    another shape, a NumPy array or another structure is split and keyed, with
+    the results of `jax.jit`."""
+    splits = []
+    original = _jit_module.split_arguments
+
+    def counting(*a, **k):
+        splits.append(1)
+        return original(*a, **k)
+
+    def f(params, x):
+        return params["w"] * x + params["k"], params["name"]
+
+    g = lxd.jit(f)
+    x = jnp.arange(3.0)
+    params = {"w": jnp.full(3, 2.0), "k": 1.5, "name": "a"}
+    with mock.patch.object(_jit_module, "split_arguments", counting):
+        for _ in range(4):
+            out, name = g(params, x)
+            np.testing.assert_array_equal(out, 2 * x + 1.5)
+            assert name == "a"
+        assert len(splits) == 2  # the first call, and the one that keeps it
+        changed = [
+            dict(params, k=-0.5),
+            dict(params, k=float("1.5")),  # the same value, another object
+            dict(params, w=jnp.ones(4)),
+            dict(params, w=np.full(3, 3.0)),
+            dict(params, name="b"),
+            {"w": params["w"], "k": 1.5, "name": "a", "extra": None},
+            params,
+        ]
+        for p in changed:
+            for _ in range(2):
+                size = jnp.shape(p["w"])[0]
+                y = jnp.arange(float(size))
+                got, name = g(p, y)
+                expected = p["w"] * y + p["k"]
+                np.testing.assert_array_equal(got, expected)
+                assert name == p["name"]
+    # The NumPy array changed in place: traced, so its new values are read.
+    p = dict(params, w=np.full(3, 3.0))
+    g(p, x)
+    p["w"][:] = 4.0
+    np.testing.assert_array_equal(g(p, x)[0], 4 * x + 1.5)
