@@ -10,6 +10,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -103,6 +104,20 @@ def timed(thunk: Callable):
 def call_times(call: Callable, count: int) -> list[float]:
     """Wall times of `count` calls of `call()`, each waited for."""
     return [timed(lambda: jax.block_until_ready(call()))[1] for _ in range(count)]
+
+
+def settle(limit_s: float = 120.0) -> float:
+    """Waits for the compiles that `lxd.jit`'s race left running (its threads,
+    named `lxd-race`: the compile that lost goes on to its end and is dropped),
+    at most `limit_s`. While one runs it competes with the runs that follow for
+    the host's cores (on a TPU v5e host a run right after a race took about 1.3x
+    its steady time), so a steady run time is measured after it. Returns the
+    seconds waited."""
+    start = time.perf_counter()
+    for thread in threading.enumerate():
+        if thread.name.startswith("lxd-race"):
+            thread.join(max(0.0, limit_s - (time.perf_counter() - start)))
+    return time.perf_counter() - start
 
 
 def median_call_time(call: Callable, count: int) -> float:

@@ -66,12 +66,15 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
     start = time.perf_counter()
     out = jax.block_until_ready(jitted(op, x))
     first = time.perf_counter() - start
+    settled = harness.settle()  # a race's losing compile (see `harness.settle`)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         jax.block_until_ready(jitted(op, x))
         times.append(time.perf_counter() - start)
     record = dict(first_call_s=first, run_s=statistics.median(times))
+    if settled > 1e-3:
+        record["loser_compile_after_s"] = settled
     if variant in ("Auto", NO_RACE):
         # What was compiled: the decisions, each raced one with its race's outcome.
         record["kept"] = [
