@@ -34,6 +34,7 @@ How to run
 
     python -m benchmarks.steady           # every case, 101 rounds, 3 copies
     python -m benchmarks.steady --quick   # n <= 1024, 11 rounds, 1 copy
+    python -m benchmarks.steady --max-n 16384 --calls 21 --rounds 2 --copies 1
 
 Results: `benchmarks/results/steady.json` and `.png`.
 """
@@ -245,8 +246,12 @@ def plot(rows: list[dict], path) -> None:
 def main(argv=None) -> None:
     """Measure, print the report, write `steady.json` and `.png`."""
     parser = harness.parser(__doc__, FULL, QUICK)
+    for name in FULL:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=int, help=f"(default {FULL[name]})")
     args = parser.parse_args(argv)
-    settings = QUICK if args.quick else FULL
+    harness.fill_defaults(args, FULL, QUICK)
+    settings = {name: getattr(args, name) for name in FULL}
     env = harness.environment(load_average=True)
     harness.print_setup(env, settings)
     rows = [

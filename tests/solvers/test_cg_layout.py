@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch.solvers.cg import _layout_choice
 from lineax_dispatch.solvers.skeleton._flat_vectors import branch_select
 from lineax_dispatch.solvers.skeleton._linear_system import UPDATE_IN_COND
 from lineax_dispatch.solvers.skeleton._one_site_solver import FUSED_TEST_BELOW
@@ -119,6 +120,23 @@ def test_the_residual_update_takes_a_cond_where_the_runs_repay_it():
             assert _update(given, _operator(64, _auto(1))) == update
     with pytest.raises(ValueError, match=r"residual_update=\.\.\.\).*'maybe'"):
         lxd.CG(1e-5, 1e-5, residual_update="maybe")
+
+
+def test_off_the_cpu_auto_takes_one_site_and_one_expression(monkeypatch):
+    """The inline layout and the `cond` update are XLA:CPU's: on another backend
+    `"auto"` takes the one-site loop and the update as one expression, where the
+    CPU takes the inline layout and the `cond`; given, either is kept."""
+    solver = lxd.CG(1e-5, 1e-5)
+    many = _operator(UPDATE_IN_COND, _auto(10**7))
+    assert (_layout(solver, many), _update(solver, many)) == ("inline", "cond")
+    monkeypatch.setattr(_layout_choice.jax, "default_backend", lambda: "tpu")
+    assert (_layout(solver, many), _update(solver, many)) == ("one_site", "select")
+    given = lxd.CG(1e-5, 1e-5, layout="inline", residual_update="cond")
+    assert (_layout(given, many), _update(given, many)) == ("inline", "cond")
+    reasons = _layout_choice.choose_layout(solver, many, many, None)[1]
+    assert "On 'tpu' one site" in " ".join(reasons)
+    why = _layout_choice.choose_update(solver, many, many)[1]
+    assert "On 'tpu' the update is one expression" in why
 
 
 def test_a_layout_given_is_kept():

@@ -7,6 +7,7 @@ cost model, the operator's expected runs and the cost of its `mv`."""
 import math
 from typing import Any
 
+import jax
 import jax.tree_util as jtu
 import lineax as lx
 
@@ -111,6 +112,14 @@ def choose_layout(
     where not known or not costed).
     """
     runs, model = _runs_and_model(operator)
+    backend = jax.default_backend()
+    if backend != "cpu":
+        reason = (
+            f"On {backend!r} one site: a step of the inline layout runs its "
+            "refresh and check in a `lax.cond`, which costs an accelerator more "
+            "than the one-site loop's extra passes."
+        )
+        return "one_site", (reason,), model.source, 0.0, math.inf
     runs = runs * executions
     n = prepared.in_size()
     steps = expected_iterations(solver.max_steps, n)
@@ -195,6 +204,13 @@ def choose_update(
         return (
             "select",
             f"Below {UPDATE_IN_COND} unknowns the update is one expression.",
+        )
+    backend = jax.default_backend()
+    if backend != "cpu":
+        return (
+            "select",
+            f"On {backend!r} the update is one expression (the `lax.cond` keeps "
+            "XLA:CPU from computing the `mv`'s operations again).",
         )
     runs, model = _runs_and_model(operator)
     runs = runs * executions
