@@ -22,14 +22,17 @@ How to run
     python -m benchmarks.families                 # every case, 3 repeats
     python -m benchmarks.families --quick         # n <= 256, 1 repeat
     python -m benchmarks.families --half held_out # one half only
+    python -m benchmarks.families --merge a/families.json b/families.json --out c
 
 Results: `benchmarks/results/families.json` and `.png`.
 """
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from statistics import median
 from unittest import mock
 
@@ -241,6 +244,12 @@ def parse_args(argv: Sequence[str] | None = None):
         "--half", choices=("all", "fit", "held_out"), default="all", help="cases"
     )
     parser.add_argument("--families", type=harness.name_list(fc.FAMILIES))
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="measure nothing: write the cases of these results files as one",
+    )
     args = parser.parse_args(argv)
     harness.fill_defaults(args, full, quick)
     return args
@@ -253,8 +262,27 @@ def selected(args) -> list[fc.Case]:
     return [c for c in pool if c.n <= args.max_n and c.family in families]
 
 
+def merge(paths: Sequence[Path], out: Path) -> None:
+    """Writes the cases of several results files (one family per process, as on
+    a machine whose calls are time-limited) as one, summarised as one run."""
+    loaded = [json.loads(p.read_text()) for p in paths]
+    rows = [row for payload in loaded for row in payload["cases"]]
+    payload = dict(loaded[0], cases=rows, summary=summary(rows))
+    payload["config"] = dict(
+        loaded[0]["config"],
+        families=f"{len(paths)} runs, merged: "
+        + ", ".join(sorted({row["family"] for row in rows})),
+    )
+    payload["total_seconds"] = sum(p.get("total_seconds") or 0.0 for p in loaded)
+    print(format_rows(rows, payload["summary"]))
+    harness.write_results(out, "families", payload, lambda p: plot(rows, p))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     start = time.perf_counter()
     env = harness.environment(load_average=True)
     conf = dict(max_n=args.max_n, repeats=args.repeats, half=args.half)
