@@ -110,9 +110,9 @@ def settle(limit_s: float = 120.0) -> float:
     """Waits for the compiles that `lxd.jit`'s race left running (its threads,
     named `lxd-race`: the compile that lost goes on to its end and is dropped),
     at most `limit_s`. While one runs it competes with the runs that follow for
-    the host's cores (on a TPU v5e host a run right after a race took about 1.3x
-    its steady time), so a steady run time is measured after it. Returns the
-    seconds waited."""
+    the host's cores (on a TPU v5e host the runs right after a race were slower
+    than once it had ended: `tpu/logs/after-race-runs.log`), so a steady run time
+    is measured after it. Returns the seconds waited."""
     start = time.perf_counter()
     for thread in threading.enumerate():
         if thread.name.startswith("lxd-race"):

@@ -317,8 +317,25 @@ def _blocks_table(b: dict) -> str:
     )
 
 
+def _cg_choices(data: dict) -> str:
+    rows = []
+    for n, by_variant in data["results"].items():
+        for name, r in by_variant.items():
+            label = f"auto ({r['took']})" if "took" in r else name
+            rows.append(
+                (
+                    f"n = {n}",
+                    label,
+                    f"{r['compile_s']:.3f} s ({_x(r['compile_over_lineax'])})",
+                    f"{r['run_s'] * 1e3:.3f} ms ({_x(r['run_over_lineax'])})",
+                )
+            )
+    return _table(("stencil", "CG layout, update", "compile", "run"), rows)
+
+
 TABLES = {
     "demo": _demo,
+    "cg_choices": _cg_choices,
     "program": _program,
     "eager": _eager,
     "fixed_cost": _fixed_cost,
