@@ -9,7 +9,8 @@ timed by their first call, trace to run, as a user makes it: the race happens
 there and not in `.lower()`. Their runs are timed once the race's losing compile
 has ended (`harness.settle`; its seconds after the first call are recorded).
 A variant's run is the median of as many calls as fit in half a second (3 to
-51), after one untimed call.
+51), after one untimed call (one of the 3, for a program slower than a sixth of
+a second).
 
 The cases are split in two halves (`families_cases.split`: alternating within each
 family). `benchmarks.fit_cost_model` fits the cost model's constants on the first
@@ -118,11 +119,14 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     # (not waited for by a user's call; the runs are timed after it).
     settled_s = harness.settle() if raced else 0.0
     first_s = timings["first_call_s"]
-    # One call untimed (`lxd.jit` keeps its fast path at its second call), then
-    # as many as fit in the budget at that call's time.
+    # One call (`lxd.jit` keeps its fast path at its second call), then as many
+    # as fit in the budget at that call's time; the first is one of the 3 samples
+    # of a program slower than a third of the budget.
     (warm,) = harness.call_times(lambda: compiled(*args), 1)
     count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(warm, 1e-6))))
-    run_s = harness.median_call_time(lambda: compiled(*args), count)
+    samples = [warm] if 3 * warm > RUN_BUDGET_S else []
+    samples += harness.call_times(lambda: compiled(*args), count - len(samples))
+    run_s = median(samples)
     total = sum(timings.values())
     timings.update(run_s=run_s, total_s=total)
     if raced:
