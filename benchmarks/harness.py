@@ -34,6 +34,7 @@ from benchmarks.output import (  # re-exported: `harness.table`, `harness.save`.
     table as table,
     write_results as write_results,
 )
+from lineax_dispatch.program._compiled import RACE_THREADS
 
 
 SEED = 0
@@ -108,14 +109,14 @@ def call_times(call: Callable, count: int) -> list[float]:
 
 def settle(limit_s: float = 120.0) -> float:
     """Waits for the compiles that `lxd.jit`'s race left running (its threads,
-    named `lxd-race`: the compile that lost goes on to its end and is dropped),
+    named `RACE_THREADS`: the compile that lost goes on to its end and is dropped),
     at most `limit_s`. While one runs it competes with the runs that follow for
     the host's cores (on a TPU v5e host the runs right after a race were slower
     than once it had ended: `tpu/logs/after-race-runs.log`), so a steady run time
     is measured after it. Returns the seconds waited."""
     start = time.perf_counter()
     for thread in threading.enumerate():
-        if thread.name.startswith("lxd-race"):
+        if thread.name.startswith(RACE_THREADS):
             thread.join(max(0.0, limit_s - (time.perf_counter() - start)))
     return time.perf_counter() - start
 

@@ -19,7 +19,8 @@ from ..policies.calls._keys import ByIdentity, exact_leaf, hashable_leaf
 
 
 # What `equinox.is_array` takes for an array (as a tuple for one `isinstance`).
-_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
+_NUMPY_TYPES = (np.ndarray, np.generic)
+_ARRAY_TYPES = (*_NUMPY_TYPES, jax.Array)
 
 
 class _Traced:
@@ -215,9 +216,11 @@ class LastCall:
     call: then `split_arguments` would give the same key. (A NumPy array leaf is
     traced, but keyed as an array of its own: such calls take the split.)
 
+    Made by `LastCall.of` from the call's positional arguments.
+
     **Arguments:**
 
-    - `args`: the call's positional arguments.
+    - `leaves`, `treedef`: the call's positional arguments, flattened.
     - `call`: the compiled program's call (`executable_call`), taking the
         arguments with `None` for every static leaf.
     - `box`: the output's static half (`None` where the output is all arrays).
@@ -225,8 +228,8 @@ class LastCall:
 
     __slots__ = ("treedef", "signature", "statics", "call", "box")
 
-    def __init__(self, args: tuple, call: Callable, box: Any):
-        leaves, self.treedef = jtu.tree_flatten(args)
+    def __init__(self, leaves: list, treedef: Any, call: Callable, box: Any):
+        self.treedef = treedef
         self.signature = tuple(
             _array_entry(x) if isinstance(x, jax.Array) else _Same(x) for x in leaves
         )
@@ -234,12 +237,13 @@ class LastCall:
         self.call, self.box = call, box
 
     @staticmethod
-    def of(args: tuple, call: Callable, box: Any) -> "LastCall | None":
-        """A `LastCall` of these arguments, or `None` where a leaf is a NumPy
-        array or number (traced, but not a `jax.Array`)."""
-        if any(isinstance(x, _ARRAY_TYPES[:2]) for x in jtu.tree_leaves(args)):
+    def of(args: tuple, call: Callable, box: "OutputBox") -> "LastCall | None":
+        """A `LastCall` of these arguments and the program's output box, or `None`
+        where a leaf is a NumPy array or number (traced, but not a `jax.Array`)."""
+        leaves, treedef = jtu.tree_flatten(args)
+        if any(isinstance(x, _NUMPY_TYPES) for x in leaves):
             return None
-        return LastCall(args, call, box)
+        return LastCall(leaves, treedef, call, None if box.arrays_only else box)
 
     def __call__(self, args: tuple) -> Any:
         """The program's output for `args`, or `_MISSED` where they do not match."""
@@ -254,7 +258,7 @@ class LastCall:
                 return _MISSED
         if self.statics:
             dynamic = [
-                x if type(e) is tuple else None for x, e in zip(leaves, self.signature)
+                None if type(e) is _Same else x for x, e in zip(leaves, self.signature)
             ]
             args = jtu.tree_unflatten(treedef, dynamic)
         out = self.call(*args)

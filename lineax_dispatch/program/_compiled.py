@@ -192,6 +192,10 @@ class Program:
         return self._compiled is not None and not self._callbacks
 
 
+# The name prefix of a race's compile threads (a benchmark waits for them).
+RACE_THREADS = "lxd-race"
+
+
 def race(
     lowerings: Sequence[Callable[[], Any]], penalties: Sequence[float]
 ) -> tuple[int, Any, tuple]:
@@ -216,7 +220,9 @@ def race(
     compile drops out; where all do, the first's error is raised.
     """
     start = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=len(lowerings), thread_name_prefix="lxd-race")
+    pool = ThreadPoolExecutor(
+        max_workers=len(lowerings), thread_name_prefix=RACE_THREADS
+    )
     pending: dict[Future, int] = {}
     errors: dict[int, BaseException] = {}
     try:
@@ -334,8 +340,8 @@ class Executable:
         split = self._convention.split(args, kwargs)
         out = self._compiled(*split.dynamic_args, **split.dynamic_kwargs)
         if not kwargs and self._convention.positional:
-            box = None if self._box.arrays_only else self._box
-            self._last = LastCall.of(args, executable_call(self._compiled), box)
+            call = executable_call(self._compiled)
+            self._last = LastCall.of(args, call, self._box)
         return self._box.combine(out)
 
     def __getattr__(self, name: str) -> Any:

@@ -161,8 +161,8 @@ class CompileAware:
         signature where they are positional, none static whole (`LastCall`)."""
         if kwargs or self._spec.any_static:
             return
-        box = None if entry.box.arrays_only else entry.box
-        self._last = LastCall.of(args, executable_call(entry.program.executable), box)
+        call = executable_call(entry.program.executable)
+        self._last = LastCall.of(args, call, entry.box)
 
     def __repr__(self) -> str:
         return f"lxd.jit({self._fun!r})"
