@@ -10,7 +10,8 @@ there and not in `.lower()`. Their runs are timed once the race's losing compile
 has ended (`harness.settle`; its seconds after the first call are recorded).
 A variant's run is the median of as many calls as fit in half a second (3 to
 51), after one untimed call (one of the 3, for a program slower than a sixth of
-a second).
+a second). With `--unraced`, `Auto(race=False)` is measured beside them (both
+scores), so that whether the race pays on this machine is read from one process.
 
 The cases are split in two halves (`families_cases.split`: alternating within each
 family). `benchmarks.fit_cost_model` fits the cost model's constants on the first
@@ -26,6 +27,7 @@ How to run
     python -m benchmarks.families --quick         # n <= 256, 1 repeat
     python -m benchmarks.families --half held_out # one half only
     python -m benchmarks.families --merge a/families.json b/families.json --out c
+    python -m benchmarks.families --half held_out --unraced  # also Auto(race=False)
 
 Results: `benchmarks/results/families.json` and `.png`.
 """
@@ -58,6 +60,11 @@ POLICIES = dict(
     Auto1=lambda: lxd.Auto(runs=1),
     Auto=lxd.Auto,
 )
+# `Auto(race=False)` for each score (`--unraced`), named after the Auto variant.
+UNRACED = {auto: f"{auto} unraced" for auto in AUTO_FOR.values()}
+POLICIES[UNRACED["Auto1"]] = lambda: lxd.Auto(runs=1, race=False)
+POLICIES[UNRACED["Auto"]] = lambda: lxd.Auto(race=False)
+AUTOS = (*AUTO_FOR.values(), *UNRACED.values())
 # `Outline` where this backend runs it (refused off the CPU on jax 0.10:
 # docs/accelerators.md).
 VARIANTS = tuple(
@@ -65,7 +72,7 @@ VARIANTS = tuple(
     for v in FIXED + (BASELINE,) + tuple(AUTO_FOR.values())
     if v != "Outline" or outline_runs_here()
 )
-LXD_JIT = ("Roll", *AUTO_FOR.values())
+LXD_JIT = ("Roll", *AUTOS)
 TARGET_MEDIAN, TARGET_WORST = 1.05, 1.5
 RUN_SAMPLES, RUN_BUDGET_S = 51, 0.5
 
@@ -103,7 +110,7 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     observed: list = []
     jitted, stages = harness.jit_stages(f, args, variant in LXD_JIT)
     recorder = _recording(observed)
-    raced = variant in AUTO_FOR.values() and POLICIES[variant]().races()
+    raced = variant in AUTOS and POLICIES[variant]().races()
     with mock.patch.object(_program, "decide", recorder):
         with mock.patch.object(_auto, "decide", recorder):
             if raced:
@@ -134,7 +141,7 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     timings["compile_total_s"] = total - min(run_s, first_s)
     out, steps, ok = out
     timings.update(num_steps_max=int(steps), all_successful=bool(ok))
-    if variant in AUTO_FOR.values():
+    if variant in AUTOS:
         decisions = list(jitted.decisions(*args).values())
         timings["choice"] = dict(
             strategy="+".join(d.strategy for d in decisions) or "(none)",
@@ -144,14 +151,14 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     return timings, out
 
 
-def run_case(case: fc.Case, repeats: int) -> dict:
-    """Every variant of `case`, `repeats` rounds interleaved (every other round in
-    reverse order); per variant the round with the median total is kept, with the
-    median run time."""
+def run_case(case: fc.Case, repeats: int, variants: tuple = VARIANTS) -> dict:
+    """Each of `variants` on `case`, `repeats` rounds interleaved (every other
+    round in reverse order); per variant the round with the median total is kept,
+    with the median run time."""
     arrays = fc.family_arrays(case.family, case.n)
-    trials: dict = {v: [] for v in VARIANTS}
+    trials: dict = {v: [] for v in variants}
     for round_ in range(repeats):
-        for variant in VARIANTS[:: -1 if round_ % 2 else 1]:
+        for variant in variants[:: -1 if round_ % 2 else 1]:
             trials[variant].append(measure(variant, case, arrays))
     results, outputs = {}, {}
     for variant, got in trials.items():
@@ -171,13 +178,17 @@ def case_score(results: dict, runs: int) -> dict:
     Auto (told that number of runs) over it."""
     totals = {v: score(t, runs) for v, t in results.items()}
     best = min((v for v in FIXED + (BASELINE,) if v in totals), key=totals.get)
-    auto = AUTO_FOR[runs]
-    return dict(
+    auto, unraced = AUTO_FOR[runs], UNRACED[AUTO_FOR[runs]]
+    out = dict(
         totals=totals,
         best=best,
         auto_choice=results[auto]["choice"]["strategy"],
         auto_over_best=totals[auto] / totals[best],
     )
+    if unraced in totals:
+        out["unraced_choice"] = results[unraced]["choice"]["strategy"]
+        out["unraced_over_best"] = totals[unraced] / totals[best]
+    return out
 
 
 def summary(rows: list[dict]) -> dict:
@@ -198,6 +209,10 @@ def summary(rows: list[dict]) -> dict:
                 worst=max(ratios),
                 met=median(ratios) <= TARGET_MEDIAN and max(ratios) <= TARGET_WORST,
             )
+            unraced = [r["scores"][runs].get("unraced_over_best") for r in mine]
+            if None not in unraced:
+                out[half][runs]["unraced_median"] = median(unraced)
+                out[half][runs]["unraced_worst"] = max(unraced)
     return out
 
 
@@ -217,6 +232,11 @@ def format_rows(rows: list[dict], totals: dict) -> str:
                 f"{s['median']:.3f}, worst {s['worst']:.3f} "
                 f"(target {TARGET_MEDIAN}, {TARGET_WORST}: {harness.met(s['met'])})"
             )
+            if "unraced_median" in s:
+                lines.append(
+                    f"{'':<9} Auto(race=False): median {s['unraced_median']:.3f}, "
+                    f"worst {s['unraced_worst']:.3f}"
+                )
     return "\n".join(lines)
 
 
@@ -253,6 +273,11 @@ def parse_args(argv: Sequence[str] | None = None):
         "--half", choices=("all", "fit", "held_out"), default="all", help="cases"
     )
     parser.add_argument("--families", type=harness.name_list(fc.FAMILIES))
+    parser.add_argument(
+        "--unraced",
+        action="store_true",
+        help="also measure Auto(race=False) at both scores",
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
@@ -295,19 +320,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     env = harness.environment(load_average=True)
     conf = dict(max_n=args.max_n, repeats=args.repeats, half=args.half)
+    conf["unraced"] = args.unraced
     harness.print_setup(env, conf)
+    variants = VARIANTS + (tuple(UNRACED.values()) if args.unraced else ())
     warm = fc.Case("stencil", 16, 1, 1)
-    for variant in VARIANTS:  # JAX's own first-use costs, discarded
+    for variant in variants:  # JAX's own first-use costs, discarded
         measure(variant, warm, fc.family_arrays("stencil", 16))
     rows = []
     for case in selected(args):
-        row = run_case(case, args.repeats)
+        row = run_case(case, args.repeats, variants)
         rows.append(row)
         s1, s100 = (row["scores"][str(r)] for r in SCORES)
         print(
             f"  {case.label:<44} runs=1 {s1['auto_over_best']:.2f} "
             f"({s1['auto_choice']} vs {s1['best']}), runs=100 "
-            f"{s100['auto_over_best']:.2f} ({s100['auto_choice']} vs {s100['best']})",
+            f"{s100['auto_over_best']:.2f} ({s100['auto_choice']} vs {s100['best']})"
+            + "".join(
+                f"; unraced runs={r} {s['unraced_over_best']:.2f}"
+                for r, s in ((1, s1), (100, s100))
+                if "unraced_over_best" in s
+            ),
             flush=True,
         )
     totals = summary(rows)
