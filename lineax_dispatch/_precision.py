@@ -96,3 +96,28 @@ def with_precision(traced: Any, precision: Any) -> Any:
         return None
 
     return map_equations(traced, given)
+
+
+def stacking_keeps_cost(callee: Any) -> bool:
+    """Whether stacking calls of `callee` (a `ClosedJaxpr`) into one batched call
+    costs about what its calls cost apart on the default backend. Not on a TPU
+    where the batch would raise some of its float32 products to `BATCHED_PRECISION`
+    (no default precision in force, a product with no precision of its own):
+    XLA:TPU computes a float32 product at `HIGHEST` as several bfloat16 passes,
+    and compiles it in time that grows with the matrix, where the same
+    matrix-vector product at the default compiles quickly
+    (`benchmarks/results/tpu/logs/highest-products-probe.json`). Rolling those
+    calls into a loop keeps each one the user's own product.
+
+    **Arguments:**
+
+    - `callee`: the computation the calls apply.
+
+    **Returns:**
+
+    A bool.
+    """
+    if jax.default_backend() != "tpu" or _default_setting() is not None:
+        return True
+    highest = (lax.Precision.HIGHEST, lax.Precision.HIGHEST)
+    return with_precision(callee, highest) is callee

@@ -16,15 +16,20 @@ def _x(value: float, digits: int = 2) -> str:
 
 def regrets(data: dict, runs: str) -> dict[str, list[float]]:
     """Per case of a `families` file, each score over the best measured one
-    (plain lineax among them): `Auto`'s, always `Lazy`'s, the best of ours."""
-    out = {"Auto": [], "always Lazy": [], "best of our policies": []}
+    (plain lineax among them): `Auto`'s, `Auto(race=False)`'s where measured
+    (`--unraced`), always `Lazy`'s, the best of ours."""
+    out: dict[str, list[float]] = {"Auto": []}
+    unraced = all("unraced_over_best" in c["scores"][runs] for c in data["cases"])
+    if unraced:
+        out["Auto(race=False)"] = []
+    out.update({"always Lazy": [], "best of our policies": []})
     for case in data["cases"]:
         score = case["scores"][runs]
-        totals = {
-            k: v for k, v in score["totals"].items() if k not in ("Auto", "Auto1")
-        }
+        totals = {k: v for k, v in score["totals"].items() if not k.startswith("Auto")}
         best = min(totals.values())
         out["Auto"].append(score["auto_over_best"])
+        if unraced:
+            out["Auto(race=False)"].append(score["unraced_over_best"])
         out["always Lazy"].append(totals["Lazy"] / best)
         ours = [v for k, v in totals.items() if k != "lineax"]
         out["best of our policies"].append(min(ours) / best)
@@ -34,8 +39,10 @@ def regrets(data: dict, runs: str) -> dict[str, list[float]]:
 def _families(data: dict) -> str:
     halves = sorted({c.get("half", data["config"]["half"]) for c in data["cases"]})
     rows = []
+    columns: tuple = ()
     for runs in ("1", "100"):
         r = regrets(data, runs)
+        columns = tuple(r)
         rows.append(
             (
                 f"compile + {runs} x run",
@@ -43,8 +50,14 @@ def _families(data: dict) -> str:
                 *(f"{statistics.median(v):.3f} / {max(v):.3f}" for v in r.values()),
             )
         )
+    names = {"always Lazy": "always `Lazy`", "best of our policies": "best of ours"}
     summary = _table(
-        ("score", "cases", "Auto: median / worst", "always `Lazy`", "best of ours"),
+        (
+            "score",
+            "cases",
+            "Auto: median / worst",
+            *(names.get(c, c) for c in columns[1:]),
+        ),
         rows,
     )
     worst = _table(

@@ -103,11 +103,15 @@ def decide_group(
     rollable = top_only and len(group.sites) >= 2
     plans: dict[Any, Any] = {}
     stackable = False
+    unstacked = False
     if rollable:
         stack, plans[RULES[Roll]] = roll_plans(jaxpr, group.sites)
-        stackable = stack is not None
+        # Independent sites that this backend rolls rather than stacks
+        # (`stacking_keeps_cost`) are priced as the loop they become.
+        stackable = plans[RULES[Roll]] is stack and stack is not None
+        unstacked = stack is not None and not stackable
         # None of either: a value between the calls a loop cannot carry.
-        rollable = stackable or plans[RULES[Roll]] is not None
+        rollable = plans[RULES[Roll]] is not None
     observation = observe(
         operator,
         memory_budget=policy.budget(),
@@ -130,6 +134,13 @@ def decide_group(
         # `mv` for all of them.
         allowed.add(Outline)
     decision = _restrict(decision, allowed, model)
+    if unstacked and isinstance(decision.policy, Roll):
+        decision = decision.with_reason(
+            f"{decision.reasons[-1]} The sites are independent but rolled into a "
+            f"loop, not stacked: on {jax.default_backend()!r} the stacked call's "
+            "products would run at float32's full precision in several passes, "
+            "slow to compile for a large matrix; the loop keeps each mv as written."
+        )
     if transformation is not None:
         decision = decision.with_reason(
             f"These calls are a transformation of its mv ({transformation}), "

@@ -196,3 +196,44 @@ def test_sites_a_loop_cannot_roll_are_not_decided_rolled():
         strategies = {d.strategy for d in compiled.decisions(x, key).values()}
         assert "Roll" not in strategies
     assert strategies == {"Outline"}
+
+
+def test_independent_sites_roll_instead_of_stacking_on_a_tpu(monkeypatch):
+    """Independent sites of a `Roll` operator are stacked into one batched call,
+    whose products run at full precision (`_precision.batched_products`). On a
+    TPU that precision is several passes, slow to compile for a large matrix, so
+    there they are rolled into a loop, each `mv` the user's own product, and the
+    decision says so; a default precision the user set is kept by the stack, which
+    then stays. Either way the results are `jax.jit`'s."""
+    from lineax_dispatch import _precision
+
+    weights = _layers(16, 3)
+
+    def fn(v):
+        for w in weights:
+            v = jnp.tanh(w @ v)
+        return v
+
+    structure = jax.ShapeDtypeStruct((16,), jnp.float32)
+    x = jnp.linspace(0.5, 1.0, 16, dtype=jnp.float32)
+    f_of = lambda op: lambda x: (op.mv(x), op.mv(x + 1), op.mv(2 * x))
+    expected = jax.jit(f_of(lxd.FunctionLinearOperator(fn, structure)))(x)
+
+    def lowered(policy):
+        compiled = lxd.jit(
+            f_of(lxd.FunctionLinearOperator(fn, structure, policy=policy))
+        )
+        _close(compiled(x), expected)
+        text = compiled.lower(x).as_text()
+        reasons = " ".join(r for d in compiled.decisions(x).values() for r in d.reasons)
+        return "stablehlo.while" in text, "HIGHEST" in text, reasons
+
+    assert lowered(lxd.Roll()) == (False, True, "")
+    monkeypatch.setattr(_precision.jax, "default_backend", lambda: "tpu")
+    assert lowered(lxd.Roll())[:2] == (True, False)
+    auto = lxd.Auto(cost_model=ROLL_MODEL, race=False)
+    rolled, highest, reasons = lowered(auto)
+    assert (rolled, highest) == (True, False)
+    assert "rolled into a loop, not stacked: on 'tpu'" in reasons
+    with jax.default_matmul_precision("float32"):
+        assert lowered(lxd.Roll())[0] is False

@@ -6,7 +6,9 @@ decide stage picks a group's policy and makes an `Action` (the policy, its plan)
 the rewrite (`_rewrite.py`) applies each action through its policy's rule.
 
 - `Roll`: the top-level sites stacked into one batched call where they are
-  independent (`_stack.py`), else rolled into one loop body (`_roll_loop.py`).
+  independent (`_stack.py`) and stacking keeps their cost
+  (`_precision.stacking_keeps_cost`), else rolled into one loop body
+  (`_roll_loop.py`).
 - `Materialise`: one matrix built before the first site, a matrix product at
   each (`_shared_matrix.py`).
 - `Outline`: every site, at any depth, through one out-of-line `mv`
@@ -18,6 +20,8 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..._compat import call_callee
+from ..._precision import stacking_keeps_cost
 from ...policies._lazy import Lazy
 from ...policies._materialise import Materialise
 from ...policies._outline import Outline
@@ -78,13 +82,16 @@ def rolled_plan(
 ) -> StackPlan | RollPlan | None:
     """`Roll`'s plan for the calls at `sites` given their `stack` plan
     (`plan_stack`): an operator's independent sites stacked (a linear map batches
-    well); dependent ones, and the user's functions, rolled (`plan_roll`).
-    `None` where neither applies."""
+    well) where stacking keeps their cost on this backend (`stacking_keeps_cost`);
+    dependent ones, the user's functions, and those, rolled (`plan_roll`), or
+    stacked where they do not roll. `None` where neither applies."""
     if len(sites) < 2:
         return None
-    if stack is not None and is_marked(jaxpr.eqns[sites[0]]):
+    if stack is None or not is_marked(jaxpr.eqns[sites[0]]):
+        return plan_roll(jaxpr, sites)
+    if stacking_keeps_cost(call_callee(jaxpr.eqns[sites[0]])):
         return stack
-    return plan_roll(jaxpr, sites)
+    return plan_roll(jaxpr, sites) or stack
 
 
 def roll_plans(jaxpr: Any, sites: Sequence[int]) -> tuple[StackPlan | None, Any]:
