@@ -267,7 +267,30 @@ def _compile_race(data: dict) -> str:
     )
 
 
+def _solve_roll_replay(data: dict) -> str:
+    rows = [
+        (
+            f"compile + {runs} x run",
+            f"{s['recorded']['median']:.3f} / {s['recorded']['worst']:.3f}",
+            f"{s['current']['median']:.3f} / {s['current']['worst']:.3f}",
+            ", ".join(s["changed"]) or "none",
+        )
+        for runs, s in data["summary"].items()
+    ]
+    copy = data["solve_copy"]
+    return (
+        f"`CostModel.solve_copy` {copy['recorded']:.3g} s as recorded, "
+        f"{copy['current']:.3g} s now; the measured variant each decision stands "
+        f"for over the best, on the {len(data['cases']) // 2} programs of two or "
+        f"more solves:\n\n"
+        + _table(
+            ("score", "recorded: median / worst", "now", "decisions changed"), rows
+        )
+    )
+
+
 TABLES = {
+    "solve_roll_replay": _solve_roll_replay,
     "realistic-raced": _realistic,
     "dependent_sites": _dependent_sites,
     "compile_race": _compile_race,

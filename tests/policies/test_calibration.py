@@ -181,3 +181,35 @@ def test_explain_says_which_cost_model_decided(monkeypatch, tmp_path):
 def test_cost_model_source_must_be_a_string():
     with pytest.raises(TypeError, match="source"):
         lxd.CostModel(source=3)
+
+
+def test_on_a_tpu_a_repeated_solve_costs_at_least_what_the_fit_there_found(
+    monkeypatch, tmp_path
+):
+    # XLA:TPU compiles each copy of a solve's loop apart, in more time than the
+    # calibration's small Krylov loop measures: on a TPU `solve_copy` is at least
+    # `TPU_SOLVE_COPY` (fitted there) at this machine's compile ratio; elsewhere,
+    # and where the loop's copy measures more, the measurement stands.
+    monkeypatch.setenv(calibration.ENV, str(tmp_path))
+    names = dict(calibration.machine(), backend="tpu")
+    monkeypatch.setattr(calibration, "machine", lambda: names)
+    measured = _times(1.0)
+    measured["compile_s"] *= 2.0
+    _fake(monkeypatch, measured)
+    model = _fresh(lxd.policies.machine_cost_model)
+    assert model.solve_copy == pytest.approx(2 * calibration.TPU_SOLVE_COPY)
+    assert model.departure_margin == calibration.ACCELERATOR_MARGINS["departure_margin"]
+    assert "fitted on a TPU" in model.source
+    measured["loop_copy_s"] *= 100.0
+    _fake(monkeypatch, measured)
+    for path in tmp_path.glob("calibration-*.json"):
+        path.unlink()
+    model = _fresh(lxd.policies.machine_cost_model)
+    assert model.solve_copy == pytest.approx(100 * lxd.CostModel().solve_copy)
+    monkeypatch.setattr(calibration, "machine", lambda: dict(names, backend="gpu"))
+    for path in tmp_path.glob("calibration-*.json"):
+        path.unlink()
+    measured["loop_copy_s"] /= 100.0
+    _fake(monkeypatch, measured)
+    model = _fresh(lxd.policies.machine_cost_model)
+    assert model.solve_copy == pytest.approx(lxd.CostModel().solve_copy)
