@@ -333,7 +333,19 @@ def _cg_choices(data: dict) -> str:
     return _table(("stencil", "CG layout, update", "compile", "run"), rows)
 
 
+def _cg_compile(data: dict) -> str:
+    rows = [
+        (name, _ms(r["compile_s"]), f"{r['over_lineax']:.3f}x")
+        for name, r in data["results"].items()
+    ]
+    n, rounds = data["settings"]["n"], data["settings"]["rounds"]
+    return f"n = {n}, median of {rounds} rounds:\n\n" + _table(
+        ("CG", "XLA compile", "over lineax's, same round"), rows
+    )
+
+
 TABLES = {
+    "cg_compile": _cg_compile,
     "demo": _demo,
     "cg_choices": _cg_choices,
     "program": _program,
