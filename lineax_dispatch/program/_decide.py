@@ -15,7 +15,7 @@ from ..policies._materialise import Materialise
 from ..policies._outline import Outline
 from ..policies._roll import Roll
 from ..policies.calls._keys import is_leaf_array
-from ..policies.calls._marked import MARKED_NAME
+from ..policies.calls._marked import is_marked, MARKED_NAME
 from ..policies.calls._recorder import SolveRecord
 from ..policies.calls._sites import equation_site
 from ..policies.decision._cost import jaxpr_cost
@@ -106,12 +106,13 @@ def decide_group(
     unstacked = False
     if rollable:
         stack, plans[RULES[Roll]] = roll_plans(jaxpr, group.sites)
-        # Independent sites that this backend rolls rather than stacks
-        # (`stacking_keeps_cost`) are priced as the loop they become.
-        stackable = plans[RULES[Roll]] is stack and stack is not None
-        unstacked = stack is not None and not stackable
+        # An operator's independent sites that this backend rolls rather than
+        # stacks (`stacking_keeps_cost`) are priced as the loop they become.
+        marked = is_marked(jaxpr.eqns[group.sites[0]])
+        unstacked = stack is not None and marked and plans[RULES[Roll]] is not stack
+        stackable = stack is not None and not unstacked
         # None of either: a value between the calls a loop cannot carry.
-        rollable = plans[RULES[Roll]] is not None
+        rollable = stackable or plans[RULES[Roll]] is not None
     observation = observe(
         operator,
         memory_budget=policy.budget(),
