@@ -62,9 +62,10 @@ def models(data: dict, backend: str) -> dict[str, lxd.CostModel]:
     return dict(recorded=recorded, current=fitted)
 
 
-def replay(data: dict, backend: str) -> list[dict]:
-    """Per program of two or more solves and per score: each model's decision
-    and the measured score of the variant it stands for, over the best."""
+def replay(data: dict, compared: dict[str, lxd.CostModel]) -> list[dict]:
+    """Per program of two or more solves and per score: the decision under each
+    of the `compared` models and the measured score of the variant it stands
+    for, over the best."""
     rows = []
     for row in data["cases"]:
         if row["solves"] < 2:
@@ -76,7 +77,7 @@ def replay(data: dict, backend: str) -> list[dict]:
             }
             best = min(totals.values())
             entry: dict = dict(label=row["label"], runs=runs)
-            for name, model in models(data, backend).items():
+            for name, model in compared.items():
                 rolled = rolls(row, runs, model)
                 entry[name] = dict(
                     rolled=rolled,
@@ -131,7 +132,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     data = json.loads((args.results / "families.json").read_text())
     backend = args.backend or data["environment"]["jax_backend"]
-    rows = replay(data, backend)
+    compared = models(data, backend)
+    rows = replay(data, compared)
     totals = summary(rows)
     for row in rows:
         print(
@@ -148,12 +150,10 @@ def main(argv=None) -> None:
             f"{s['recorded']['worst']:.3f}, current {s['current']['median']:.3f} / "
             f"{s['current']['worst']:.3f}; changed: {', '.join(s['changed']) or 'none'}"
         )
-    recorded = lxd.CostModel(**data["cost_model"])
-    current = models(data, backend)["current"]
     payload = dict(
         environment=harness.environment(),
         replayed=dict(results=str(args.results), backend=backend),
-        solve_copy=dict(recorded=recorded.solve_copy, current=current.solve_copy),
+        solve_copy={name: m.solve_copy for name, m in compared.items()},
         cases=rows,
         summary=totals,
     )
