@@ -199,6 +199,12 @@ def _key(names: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _ratio(measured: dict[str, float], name: str) -> float:
+    """This machine's measurement `name` over the reference machine's, clipped."""
+    bounds = _WIDE_BOUNDS if name in _WIDE else _RATIO_BOUNDS
+    return float(np.clip(measured[name] / _REFERENCE[name], *bounds))
+
+
 def scaled_model(measured: dict[str, float], source: str) -> CostModel:
     """`CostModel()` with each machine-dependent constant scaled by this machine's
     measurement over the reference machine's (clipped to 0.1-10x).
@@ -215,8 +221,7 @@ def scaled_model(measured: dict[str, float], source: str) -> CostModel:
     base = CostModel()
     changes: dict = {"source": source}
     for name, fields in _SCALES.items():
-        bounds = _WIDE_BOUNDS if name in _WIDE else _RATIO_BOUNDS
-        ratio = float(np.clip(measured[name] / _REFERENCE[name], *bounds))
+        ratio = _ratio(measured, name)
         for field in fields:
             value = getattr(base, field)
             changes[field] = value / ratio if "per_second" in field else value * ratio
@@ -288,8 +293,7 @@ def machine_cost_model() -> CostModel:
         except OSError:
             path = f"{path} (not written: not writable)"
     model = scaled_model(measured, _describe(names, measured, path))
-    compile_ratio = measured["compile_s"] / _REFERENCE["compile_s"]
-    compile_ratio = float(np.clip(compile_ratio, *_RATIO_BOUNDS))
+    compile_ratio = _ratio(measured, "compile_s")
     model = _fitted_on_backend(model, names["backend"], compile_ratio)
     model = dataclasses.replace(model, **_margins(names["backend"]))
     _MODEL.set((setting, model))
