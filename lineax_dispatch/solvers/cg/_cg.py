@@ -87,9 +87,10 @@ class CG(AbstractOneSiteSolver[_CGState]):
     The step's curvature test compares `p^H A p` with the largest curvature per
     unit of `<M r, r>` seen so far, rather than with `<M r, r>` itself as lineax
     does: its verdict does not change when the operator, the right-hand side or
-    the preconditioner is scaled. Its inner products are taken of vectors divided
-    by a power of two near the right-hand side's largest entry: they neither
-    overflow nor underflow for a `b` whose squared norm would.
+    the preconditioner is scaled. The right-hand side is divided by a power of two
+    near its largest entry before the loop (and the solution multiplied back):
+    the inner products neither overflow nor underflow for a `b` whose squared
+    norm would.
 
     Each of those residual passes is a whole iteration of the loop. Where a copy of
     `mv` compiles cheaply and the solve runs many times, the inline layout
@@ -131,7 +132,6 @@ class CG(AbstractOneSiteSolver[_CGState]):
     """
 
     psd_preconditioner: ClassVar[bool] = True
-    divides_rhs: ClassVar[bool] = False
 
     rtol: float
     atol: float
@@ -308,7 +308,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # an ordinary step (where it is read), the bare output of `mv`.
         out, product = system.apply_split(s.v, pending)
         ok, code, alpha, stiffness = curvature_test(
-            system.dot(p, product), gamma, rcond, s.stiffness
+            p, product, gamma, rcond, s.stiffness
         )
         stepping = negated(pending)
         step_taken = both(stepping, ok)

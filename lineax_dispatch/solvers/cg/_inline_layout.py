@@ -25,6 +25,7 @@ from ..skeleton._flat_vectors import (
     both,
     branch_select,
     constant,
+    dot,
     either,
     negated,
     real_part,
@@ -115,7 +116,7 @@ class _Inline(NamedTuple):
             return measured
         r, m = measured
         z = self.precond(r)
-        return r, m, z, self.system.dot(z, r)
+        return r, m, z, dot(z, r)
 
     def true_residual(self, y, diff, *measured_and_recompute):
         # Under `vmap` the branch runs where any vector of the batch needs it:
@@ -135,7 +136,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     solver = c.solver
     _, product = c.system.apply_split(s.p, jnp.array(False))
     ok, code, alpha, stiffness = curvature_test(
-        c.system.dot(s.p, product), s.gamma, c.rcond, s.stiffness
+        s.p, product, s.gamma, c.rcond, s.stiffness
     )
     diff = select(ok, lax.mul(alpha, s.p), s.diff)
     y = select(ok, lax.add(s.y, diff), s.y)

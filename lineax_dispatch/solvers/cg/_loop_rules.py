@@ -24,6 +24,7 @@ from jaxtyping import Array, Bool, Inexact, Int, Scalar
 from ..skeleton._flat_vectors import (
     both,
     constant,
+    dot,
     either,
     negated,
     real_part,
@@ -128,9 +129,9 @@ def passed_true_test(
 
 
 def curvature_test(
-    curvature: Array, gamma: Array, rcond: Any, stiffness: Array
+    p: Array, product: Array, gamma: Array, rcond: Any, stiffness: Array
 ) -> tuple[Bool[Array, ""], Array, Array, Array]:
-    """The step along a search direction `p` from its curvature `p^H A p`.
+    """The step along `p` from its curvature `p^H A p` (`product` is `A p`).
 
     The curvature is judged against the operator's own scale, so that the test
     does not change when `A`, `b` or the preconditioner is scaled: `1 / alpha =
@@ -145,8 +146,8 @@ def curvature_test(
 
     **Arguments:**
 
-    - `curvature`: `p^H A p`, as `System.dot` takes it (in the units of
-        `gamma`).
+    - `p`: the search direction.
+    - `product`: `A p`.
     - `gamma`: `<M r, r>` of the current residual.
     - `rcond`: the curvature's relative threshold.
     - `stiffness`: the largest `p^H A p / gamma` of the steps taken so far (0
@@ -159,6 +160,7 @@ def curvature_test(
     else `CURVATURE_ZERO`), the step length `gamma / p^H A p`, and `stiffness`
     with this step's.
     """
+    curvature = dot(p, product)
     real = real_part(curvature)
     magnitude = lax.abs(real_part(gamma))
     scale = lax.max(lax.mul(magnitude, stiffness), lax.abs(real))

@@ -284,10 +284,6 @@ def _branch_select_batched(
     return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
-# Below this many entries `largest_magnitude` is one reduction of two operands.
-ONE_KERNEL_BELOW = 1024
-
-
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
     scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact
@@ -300,36 +296,8 @@ def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     real = jnp.finfo(x.dtype).dtype
     if x.size == 0:
         return jnp.ones((), real)
-    return power_of_two(jnp.max(jnp.abs(x)).astype(real))
-
-
-def largest_magnitude(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
-    """`max |x|` as a real scalar (NaN where an entry is NaN), below
-    `ONE_KERNEL_BELOW` entries as one reduction of the largest and smallest
-    entries together (of `|x|` where `x` is complex): XLA:CPU splits a reduction
-    of one operand into two kernels, with its operand's elementwise operations a
-    third, but compiles a reduction of two operands, with those operations, as one
-    kernel (not vectorised: from `ONE_KERNEL_BELOW` entries on it runs slower)."""
-    magnitude = lax.abs(x) if jnp.iscomplexobj(x) else x
-    if not 0 < x.size < ONE_KERNEL_BELOW:
-        return jnp.max(lax.abs(magnitude))
-    low = constant(np.inf, magnitude)
-    high, least = lax.reduce(
-        (magnitude, magnitude), (lax.neg(low), low), _max_and_min, (0,)
-    )
-    return lax.max(high, lax.neg(least))
-
-
-def _max_and_min(a: tuple, b: tuple) -> tuple:
-    """The reduction of `largest_magnitude`: the larger of the first, the smaller
-    of the second. One function, so that JAX traces it once."""
-    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
-
-
-def power_of_two(largest: Float[Array, ""]) -> Float[Array, ""]:
-    """`binary_scale` of a vector whose largest magnitude is `largest` (a real
-    scalar)."""
-    if largest.dtype == jnp.float64:
+    largest = jnp.max(jnp.abs(x)).astype(real)
+    if real == jnp.float64:
         return lax.platform_dependent(
             largest, tpu=_power_of_two_by_arithmetic, default=_power_of_two_by_bits
         )

@@ -19,11 +19,9 @@ from jaxtyping import Array, Bool, PyTree
 
 from ._flat_vectors import (
     all_finite,
-    dot,
+    binary_scale,
     flat_mv,
     Flattener,
-    largest_magnitude,
-    power_of_two,
     result_dtype,
     select,
 )
@@ -52,10 +50,6 @@ class System(eqx.Module):
         estimate) was divided to give this system's (see `rhs_unit`): the
         user's solution is `unit` times the system's, and an absolute tolerance
         `atol` of the user's is `atol / unit` here. `None` for no division.
-    - `inner_unit`: where the right-hand side was not divided (`unit` is
-        `None`), the power of two of `rhs_unit` by which the solver divides both
-        vectors of an inner product (`dot`, `inner_terms`), so that the products
-        neither overflow nor underflow at the user's scale; `None` for none.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -64,23 +58,6 @@ class System(eqx.Module):
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
     unit: Array | None = None
-    inner_unit: Array | None = None
-
-    def inner_terms(self, a: Array, b: Array) -> Array:
-        """The terms `conj(a) * b` of the inner product `<a, b>`, each vector
-        divided by `inner_unit` where there is one (exactly: a power of two)."""
-        a, b = self._in_inner_unit(a), self._in_inner_unit(b)
-        return lax.mul(lax.conj(a) if jnp.iscomplexobj(a) else a, b)
-
-    def dot(self, a: Array, b: Array) -> Array:
-        """`<a, b>` (`a` conjugated, as `_flat_vectors.dot`), each vector divided
-        by `inner_unit` where there is one."""
-        return dot(self._in_inner_unit(a), self._in_inner_unit(b))
-
-    def _in_inner_unit(self, x: Array) -> Array:
-        if self.inner_unit is None:
-            return x
-        return lax.div(x, lax.convert_element_type(self.inner_unit, x.dtype))
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -195,15 +172,9 @@ def rhs_unit(b: Array) -> Array:
     float32 `b` with entries about 1e20) nor underflow (`b` about 1e-30), and the
     thresholds it compares them with mean the same at every scale. A power of two
     divides exactly (no rounding, away from overflow and subnormals), so the
-    iterates are the user's own, scaled. A solver may instead divide by it the
-    vectors of its inner products alone (`System.inner_unit`). It is
-    `binary_scale(b)`, the largest entry found in one kernel where
-    `largest_magnitude` can.
+    iterates are the user's own, scaled.
     """
-    real = jnp.finfo(b.dtype).dtype
-    if b.size == 0:
-        return jnp.ones((), real)
-    return power_of_two(largest_magnitude(b).astype(real))
+    return binary_scale(b)
 
 
 def flatteners(
@@ -219,21 +190,16 @@ def flatteners(
 
 
 def plain_system(
-    operator: lx.AbstractLinearOperator,
-    vector: PyTree[Array],
-    y0: PyTree | None,
-    divide: bool = True,
+    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
     """The system `A y = b / unit`, and the flat starting point `y0 / unit`, for
-    the power of two `unit = rhs_unit(b)` (`System.unit`); where not `divide`,
-    `A y = b` and `y0` themselves, with `unit` as `System.inner_unit`. (`N` is
-    `A`; the operator is square for every solver but `LSMR`.)"""
+    the power of two `unit = rhs_unit(b)` (`System.unit`). (`N` is `A`; the
+    operator is square for every solver but `LSMR`.)"""
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
     unit = rhs_unit(b)
-    if divide:
-        b = b / unit.astype(b.dtype)
+    b = b / unit.astype(b.dtype)
 
     def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         w = mv(x)
@@ -242,11 +208,11 @@ def plain_system(
     def apply(x: Array, residual: Bool[Array, ""]) -> Array:
         return split(x, residual)[0]
 
-    y0_flat = flat.zeros() if y0 is None else flat.ravel(y0)
-    if divide and y0 is not None:
-        y0_flat = y0_flat / unit.astype(flat.dtype)
-    units = dict(unit=unit) if divide else dict(inner_unit=unit)
-    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split, **units)
+    if y0 is None:
+        y0_flat = flat.zeros()
+    else:
+        y0_flat = flat.ravel(y0) / unit.astype(flat.dtype)
+    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split, unit=unit)
     return system, y0_flat
 
 

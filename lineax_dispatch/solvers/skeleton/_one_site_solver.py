@@ -21,6 +21,7 @@ from ._flat_vectors import (
     both,
     conj_options,
     constant,
+    dot,
     Flattener,
     keep_conj,
     preconditioner_and_y0,
@@ -90,11 +91,6 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     # Whether `vmap` can batch the solve of vectors sharded over an Explicit mesh
     # axis (`batch_solve` solves them one after another where it cannot).
     vmaps_explicit_axes: ClassVar[bool] = True
-    # Whether the solver runs on the right-hand side divided by its power of two
-    # (`System.unit`), or on the user's, dividing the vectors of its inner
-    # products instead (`System.inner_unit`: a solver whose only products of two
-    # vectors are `System.dot` and `measure_and_dot`'s).
-    divides_rhs: ClassVar[bool] = True
 
     rtol: eqx.AbstractVar[float]
     atol: eqx.AbstractVar[float]
@@ -189,7 +185,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 f"`options['preconditioner']` of `{name}` must be tagged positive "
                 "semidefinite (`lx.positive_semidefinite_tag`)."
             )
-        system, y0_flat = plain_system(operator, vector, y0, self.divides_rhs)
+        system, y0_flat = plain_system(operator, vector, y0)
         precond = flat_preconditioner(preconditioner, system.flat)
         y, result, stats = self.run_system(system, precond, y0_flat)
         return y, result, stats, system.flat
@@ -309,11 +305,11 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         self, system: System, state: Residuals, z: Array
     ) -> tuple[Scalar, Scalar]:
         """`test_measure(system, state)` and the inner product `<z, state.r>`
-        (`z` conjugated, as `system.dot` takes it). With the default `max_norm`,
-        below `FUSED_TEST_BELOW` unknowns, both in one reduction (a variadic
-        `lax.reduce`): XLA:CPU compiles every reduction into kernels of its own,
-        but does not vectorise a variadic one (from `FUSED_TEST_BELOW` unknowns
-        it runs slower than the two).
+        (`z` conjugated). With the default `max_norm`, below `FUSED_TEST_BELOW`
+        unknowns, both in one reduction (a variadic `lax.reduce`): XLA:CPU
+        compiles every reduction into kernels of its own, but does not vectorise
+        a variadic one (from `FUSED_TEST_BELOW` unknowns it runs slower than the
+        two).
 
         **Arguments:** `system` and `state` as for `test_measure`; `z` a flat vector
         of `state.r`'s shape (the preconditioned residual).
@@ -321,9 +317,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         **Returns:** `(measure, inner product)`.
         """
         if not self.fused_test(system.flat.size):
-            return self.test_measure(system, state), system.dot(z, state.r)
+            return self.test_measure(system, state), dot(z, state.r)
         terms = self._max_terms(system, state)
-        products = system.inner_terms(z, state.r)
+        products = lax.mul(lax.conj(z) if jnp.iscomplexobj(z) else z, state.r)
         return lax.reduce(
             (terms, products),
             (constant(-np.inf, terms), constant(0, products)),
