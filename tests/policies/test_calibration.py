@@ -198,7 +198,7 @@ def test_on_a_tpu_a_repeated_solve_costs_at_least_what_the_fit_there_found(
     _fake(monkeypatch, measured)
     model = _fresh(lxd.policies.machine_cost_model)
     assert model.solve_copy == pytest.approx(2 * calibration.TPU_SOLVE_COPY)
-    assert model.departure_margin == calibration.ACCELERATOR_MARGINS["departure_margin"]
+    assert model.departure_margin == calibration.TPU_MARGINS["departure_margin"]
     assert "fitted on a TPU" in model.source
     measured["loop_copy_s"] *= 100.0
     _fake(monkeypatch, measured)

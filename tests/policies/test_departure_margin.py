@@ -76,6 +76,11 @@ def test_machine_model_sets_margins_from_backend(monkeypatch, backend):
     model = lxd.Auto().model()
     if backend == "cpu":
         assert model.margins() == dict(Roll=1.0, Outline=1.0, Materialise=1.0)
+    elif backend == "tpu":
+        # fitted on the TPU's fit half: `Roll` at no margin, `Materialise` above 1
+        margins = _calibration.TPU_MARGINS
+        assert model.departure_margin == margins["departure_margin"] == 1.0
+        assert model.materialise_margin == margins["materialise_margin"] > 1.0
     else:
         margins = _calibration.ACCELERATOR_MARGINS
         assert model.departure_margin == margins["departure_margin"] > 1.0
