@@ -300,3 +300,37 @@ def _callsites_operator():
     config = load("callsites")["config"]
     n = config["n"]
     return f"{config['layers']} dense {n}x{n} layers"
+
+
+def _fixed_over_best(name: str, policy: str, key: str) -> str:
+    """The median or worst of a fixed policy's total over the best (compile + 1
+    run) across the cases of a `benchmarks.families` results file."""
+    values = []
+    for row in load(name)["cases"]:
+        totals = row["scores"]["1"]["totals"]
+        values.append(totals[policy] / totals[row["scores"]["1"]["best"]])
+    return f"{(statistics.median if key == 'median' else max)(values):.2f}"
+
+
+for _policy in ("Roll", "Lazy"):
+    for _key in ("median", "worst"):
+        figure(f"tpu_fit.{_policy.lower()}_{_key}", "tpu/families")(
+            functools.partial(_fixed_over_best, "tpu/families", _policy, _key)
+        )
+
+
+@figure("tpu_fit.roll_margin", "tpu/cost_model_fit")
+def _tpu_roll_margin():
+    return f"{load('tpu/cost_model_fit')['fitted']['departure_margin']:g}"
+
+
+@figure("tpu_held_out.trace_gap", "tpu/families-held-out/families")
+def _tpu_trace_gap():
+    """The median, over the held-out cases with solves, of `lxd.jit`'s trace and
+    analysis (`Roll`) less `jax.jit`'s trace (`Lazy`), in seconds."""
+    gaps = [
+        row["results"]["Roll"]["trace_s"] - row["results"]["Lazy"]["trace_s"]
+        for row in load("tpu/families-held-out/families")["cases"]
+        if row["solves"]
+    ]
+    return f"{statistics.median(gaps):.2f} s"
