@@ -4,6 +4,7 @@ import dataclasses
 import os
 from typing import Any
 
+import jax
 import lineax as lx
 from jaxtyping import PyTree
 
@@ -28,6 +29,13 @@ from .decision._unseen import decide_unseen
 # CPU cores a process needs for `Auto(race=None)` to race two compiles: one for
 # each compile and one for the program and everything else it runs meanwhile.
 RACE_CORES = 4
+
+# Backends where `Auto(race=None)` does not race: on a TPU, with `Roll`'s margin
+# fitted there (`_calibration.TPU_MARGINS`), the race changed no choice of 20 on
+# the held-out half of `benchmarks.families` at compile + 1 run and cost a median
+# 8.5% of the first call where it raced (Auto against Auto(race=False) in the
+# same processes: benchmarks/results/tpu/families-held-out/families.json).
+UNRACED_BACKENDS = ("tpu",)
 
 
 def usable_cores() -> int:
@@ -117,7 +125,8 @@ class Auto(AbstractPolicy):
             taken the other way (where the model's run estimates of the two are
             within 10%). `None` (the default) races where this process may use at
             least `RACE_CORES` CPU cores (the loser's compile runs on in the
-            background until it finishes).
+            background until it finishes), except on a TPU, where the margins
+            fitted there leave the race nothing to correct.
         """
         self.memory_budget = optional_budget(memory_budget)
         if cost_model is not None and not isinstance(cost_model, CostModel):
@@ -136,13 +145,17 @@ class Auto(AbstractPolicy):
     def races(self) -> bool:
         """Whether `lxd.jit` may race two compiles of a program for this policy's
         uncertain choices (`race`, or where `None`, whether this process may use
-        at least `RACE_CORES` CPU cores).
+        at least `RACE_CORES` CPU cores and its backend is not one of
+        `UNRACED_BACKENDS`).
 
         **Returns:**
 
         A bool.
         """
-        return usable_cores() >= RACE_CORES if self.race is None else self.race
+        if self.race is not None:
+            return self.race
+        backend = jax.default_backend()
+        return usable_cores() >= RACE_CORES and backend not in UNRACED_BACKENDS
 
     def budget(self) -> int:
         """The memory budget in bytes: `memory_budget` if one was given, else half of

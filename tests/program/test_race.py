@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch.policies import _auto
 from lineax_dispatch.program._compiled import race
 
 from ..helpers.roll_programs import _close, _operators, lazy_reference, ZOO, ZOO_X
@@ -107,3 +108,13 @@ def test_race_argument_is_checked():
     with pytest.raises(TypeError, match="race"):
         lxd.Auto(race="yes")  # pyright: ignore[reportArgumentType]
     assert lxd.Auto(race=True).races() and not lxd.Auto(race=False).races()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu", "tpu"])
+def test_default_races_with_cores_to_spare_except_on_a_tpu(monkeypatch, backend):
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    monkeypatch.setattr(_auto, "usable_cores", lambda: _auto.RACE_CORES)
+    assert lxd.Auto().races() == (backend != "tpu")
+    assert lxd.Auto(race=True).races()  # a race asked for runs on every backend
+    monkeypatch.setattr(_auto, "usable_cores", lambda: _auto.RACE_CORES - 1)
+    assert not lxd.Auto().races()
