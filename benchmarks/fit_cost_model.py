@@ -26,9 +26,10 @@ How to run
 ----------
 
     python -m benchmarks.fit_cost_model          # reads results/families.json
+    python -m benchmarks.fit_cost_model --margins-only  # the margins alone
 
 Results: `benchmarks/results/cost_model_fit.json` (the fitted constants and the
-regrets) and `.png`.
+regrets) and `.png`; with `--margins-only`, `cost_model_fit-margins.json`.
 """
 
 import argparse
@@ -143,13 +144,15 @@ def objective(rows: list[dict], model: lxd.CostModel) -> float:
     return total
 
 
-def fit(rows: list[dict], base: lxd.CostModel) -> tuple[dict, float]:
-    """Coordinate descent over the multipliers of `FITTED`."""
-    multipliers = dict.fromkeys(FITTED, 1.0)
+def fit(
+    rows: list[dict], base: lxd.CostModel, names: tuple = FITTED
+) -> tuple[dict, float]:
+    """Coordinate descent over the multipliers of `names` (`FITTED` by default)."""
+    multipliers = dict.fromkeys(names, 1.0)
     best = objective(rows, _model(multipliers, base))
     for steps in (COARSE,) * SWEEPS + (FINE,):
         improved = False
-        for name in FITTED:
+        for name in names:
             for factor in steps:
                 trial = dict(multipliers, **{name: multipliers[name] * factor})
                 value = objective(rows, _model(trial, base))
@@ -167,14 +170,21 @@ def _summary(values: list[float]) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=harness.results_dir())
+    parser.add_argument(
+        "--margins-only",
+        action="store_true",
+        help="fit the margins alone, the constants held as Auto decided with them "
+        "(written as cost_model_fit-margins)",
+    )
     args = parser.parse_args(argv)
+    names = MARGINS if args.margins_only else FITTED
     data = json.loads((args.results / "families.json").read_text())
     fit_cases, held_cases = fc.split(fc.cases())
     by_label = {row["label"]: row for row in data["cases"]}
     fit_rows = [by_label[c.label] for c in fit_cases if c.label in by_label]
     held_rows = [by_label[c.label] for c in held_cases if c.label in by_label]
     base = base_model(data)
-    multipliers, value = fit(fit_rows, base)
+    multipliers, value = fit(fit_rows, base, names)
     models = dict(defaults=base, fitted=_model(multipliers, base))
     report: dict = {}
     for name, model in models.items():
@@ -200,7 +210,7 @@ def main(argv=None) -> None:
     payload = dict(
         environment=data["environment"],
         multipliers=multipliers,
-        fitted={k: getattr(fitted, k) for k in FITTED},
+        fitted={k: getattr(fitted, k) for k in names},
         objective=value,
         regrets=report,
     )
@@ -225,7 +235,8 @@ def main(argv=None) -> None:
         ax.legend()
         harness.save(fig, path)
 
-    harness.write_results(args.results, "cost_model_fit", payload, plot)
+    name = "cost_model_fit-margins" if args.margins_only else "cost_model_fit"
+    harness.write_results(args.results, name, payload, plot)
 
 
 if __name__ == "__main__":

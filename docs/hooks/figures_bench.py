@@ -319,9 +319,16 @@ for _policy in ("Roll", "Lazy"):
         )
 
 
-@figure("tpu_fit.roll_margin", "tpu/cost_model_fit")
-def _tpu_roll_margin():
-    return f"{load('tpu/cost_model_fit')['fitted']['departure_margin']:g}"
+def _fitted_margin(key: str) -> str:
+    return f"{load('tpu/cost_model_fit-margins')['fitted'][key]:g}"
+
+
+figure("tpu_fit.roll_margin", "tpu/cost_model_fit-margins")(
+    functools.partial(_fitted_margin, "departure_margin")
+)
+figure("tpu_fit.materialise_margin", "tpu/cost_model_fit-margins")(
+    functools.partial(_fitted_margin, "materialise_margin")
+)
 
 
 @figure("tpu_held_out.trace_gap", "tpu/families-held-out/families")

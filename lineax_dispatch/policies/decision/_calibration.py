@@ -103,8 +103,10 @@ ACCELERATOR_MARGINS = dict(departure_margin=4.2, materialise_margin=10.7)
 # `benchmarks.fit_cost_model` fitted it on the TPU's fit half of
 # `benchmarks.families` since `Roll` rolls there what it stacked before
 # (`_precision.stacking_keeps_cost`; benchmarks/results/tpu/families.json): 1,
+# with the constants and alone (`--margins-only`: tpu/cost_model_fit*.json),
 # where the fixed `Roll` scored 1.00 median / 1.34 worst over the best policy
-# (compile + 1 run) and `Lazy` 1.25 / 2.11. `Materialise` keeps the margin above.
+# (compile + 1 run) and `Lazy` 1.25 / 2.11. `Materialise` keeps the margin above
+# (the margins alone fitted it at 8).
 TPU_MARGINS = dict(ACCELERATOR_MARGINS, departure_margin=1.0)
 
 
