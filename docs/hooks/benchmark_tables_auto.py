@@ -79,8 +79,31 @@ def _families(data: dict) -> str:
     return (
         f"Each policy's score over the best measured one (plain lineax among "
         f"them), half: {', '.join(halves)}:\n\n{summary}\n\nThe cells where Auto "
-        f"is furthest from the best:\n\n{worst}"
+        f"is furthest from the best:\n\n{worst}\n\nEvery case:\n\n"
+        f"{_family_cases(data)}"
     )
+
+
+def _family_cases(data: dict) -> str:
+    """One row per case of a `families` file: at each score, the best measured
+    policy, what Auto chose and Auto over the best (and `Auto(race=False)` over
+    the best, where measured)."""
+    unraced = all("unraced_over_best" in c["scores"]["1"] for c in data["cases"])
+    rows = []
+    for case in data["cases"]:
+        cells = []
+        for runs in ("1", "100"):
+            score = case["scores"][runs]
+            cells += [score["best"], score["auto_choice"]]
+            cells.append(f"{score['auto_over_best']:.3f}")
+            if unraced:
+                cells.append(f"{score['unraced_over_best']:.3f}")
+        rows.append((case["label"], *cells))
+    columns = ["best", "Auto chose", "Auto / best"]
+    if unraced:
+        columns.append("Auto(race=False) / best")
+    header = [f"{c} ({runs})" for runs in ("1 run", "100 runs") for c in columns]
+    return _table(("case", *header), rows)
 
 
 def _replay(data: dict) -> str:
