@@ -268,16 +268,35 @@ for _span, _label in ((1.0, "1"), (10.0, "10")):
         )
 
 
-def _margin(key: str) -> str:
-    return f"{load('tpu/realistic')['fitted_margins'][key]:.2f}"
+def _margin(source: str, field: str, spec: str, key: str) -> str:
+    """A margin `key` of the dict `field` of the results file `source`."""
+    return format(load(source)[field][key], spec)
 
 
-figure("tpu_margins.departure", "tpu/realistic")(
-    functools.partial(_margin, "departure_margin")
+# The margins fitted on a TPU: on the realistic programs' fit half, and (the
+# margins alone) on the program families' fit half.
+_MARGINS = (
+    ("tpu_margins.departure", "tpu/realistic", "fitted_margins", ".2f", "departure"),
+    (
+        "tpu_margins.materialise",
+        "tpu/realistic",
+        "fitted_margins",
+        ".2f",
+        "materialise",
+    ),
+    ("tpu_fit.roll_margin", "tpu/cost_model_fit-margins", "fitted", "g", "departure"),
+    (
+        "tpu_fit.materialise_margin",
+        "tpu/cost_model_fit-margins",
+        "fitted",
+        "g",
+        "materialise",
+    ),
 )
-figure("tpu_margins.materialise", "tpu/realistic")(
-    functools.partial(_margin, "materialise_margin")
-)
+for _name, _source, _field, _spec, _which in _MARGINS:
+    figure(_name, _source)(
+        functools.partial(_margin, _source, _field, _spec, f"{_which}_margin")
+    )
 
 
 @figure("tpu.parity_cases", "tpu/parity")
@@ -317,18 +336,6 @@ for _policy in ("Roll", "Lazy"):
         figure(f"tpu_fit.{_policy.lower()}_{_key}", "tpu/families")(
             functools.partial(_fixed_over_best, "tpu/families", _policy, _key)
         )
-
-
-def _fitted_margin(key: str) -> str:
-    return f"{load('tpu/cost_model_fit-margins')['fitted'][key]:g}"
-
-
-figure("tpu_fit.roll_margin", "tpu/cost_model_fit-margins")(
-    functools.partial(_fitted_margin, "departure_margin")
-)
-figure("tpu_fit.materialise_margin", "tpu/cost_model_fit-margins")(
-    functools.partial(_fitted_margin, "materialise_margin")
-)
 
 
 @figure("tpu_held_out.trace_gap", "tpu/families-held-out/families")
