@@ -14,12 +14,17 @@ def _x(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}x"
 
 
+def _has_unraced(data: dict) -> bool:
+    """Whether a `families` file measured `Auto(race=False)` (`--unraced`)."""
+    return all("unraced_over_best" in c["scores"]["1"] for c in data["cases"])
+
+
 def regrets(data: dict, runs: str) -> dict[str, list[float]]:
     """Per case of a `families` file, each score over the best measured one
     (plain lineax among them): `Auto`'s, `Auto(race=False)`'s where measured
     (`--unraced`), always `Lazy`'s, the best of ours."""
     out: dict[str, list[float]] = {"Auto": []}
-    unraced = all("unraced_over_best" in c["scores"][runs] for c in data["cases"])
+    unraced = _has_unraced(data)
     if unraced:
         out["Auto(race=False)"] = []
     out.update({"always Lazy": [], "best of our policies": []})
@@ -88,7 +93,7 @@ def _family_cases(data: dict) -> str:
     """One row per case of a `families` file: at each score, the best measured
     policy, what Auto chose and Auto over the best (and `Auto(race=False)` over
     the best, where measured)."""
-    unraced = all("unraced_over_best" in c["scores"]["1"] for c in data["cases"])
+    unraced = _has_unraced(data)
     rows = []
     for case in data["cases"]:
         cells = []
