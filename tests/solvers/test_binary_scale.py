@@ -13,6 +13,7 @@ import pytest
 from jax import export
 
 from lineax_dispatch.solvers.skeleton._flat_vectors import binary_scale
+from lineax_dispatch.solvers.skeleton._linear_system import rhs_unit
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex128])
@@ -52,3 +53,22 @@ def test_elsewhere_the_scale_clears_the_mantissa_bits(dtype):
     operations = _operations("cpu", dtype)
     assert "bitcast_convert" in operations
     assert not {"log", "floor", "power"} & operations
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_right_hand_side_s_unit_is_the_scale_of_its_largest_entry(dtype, sign):
+    # `rhs_unit` finds `max |b|` as `max(max b, -min b)`: the largest entry may
+    # be of either sign.
+    real = np.finfo(dtype).dtype
+    rng = np.random.default_rng(1)
+    vectors = rng.uniform(-1, 1, (50, 7)) * np.exp(rng.uniform(-30, 30, (50, 1)))
+    vectors[:, 3] = sign * 4 * np.abs(vectors).max(axis=1)
+    vectors = vectors.astype(dtype)
+    got = np.asarray(jax.jit(jax.vmap(rhs_unit))(vectors))
+    want = np.asarray(jax.vmap(binary_scale)(vectors))
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == real
+    for special in (0.0, np.inf, -np.inf, np.nan):
+        b = jnp.array([1.0, special, -3.0], dtype)
+        assert rhs_unit(b) == (2.0 if special == 0.0 else 1.0)

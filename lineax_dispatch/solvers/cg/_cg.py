@@ -26,6 +26,7 @@ from ..skeleton._flat_vectors import (
 )
 from ..skeleton._linear_system import System, UPDATE_IN_COND
 from ..skeleton._one_site_solver import AbstractOneSiteSolver
+from ..skeleton._packed_loop import packed_while_loop
 from ._inline_layout import inline_solve, InlineLoop
 from ._layout_choice import cg_choices
 from ._loop_rules import (
@@ -209,7 +210,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         if self.layout == "inline" and system.rhs is not None:
             s = inline_solve(self, system, precond, y0, rcond, max_steps)
             return self._loop_end(system, s, max_steps)
-        s = lax.while_loop(
+        s = packed_while_loop(
             ft.partial(continues, max_steps),
             ft.partial(self._pass, system, precond, rcond),
             self._init_loop(system, y0),

@@ -32,6 +32,7 @@ from ..skeleton._flat_vectors import (
     select,
 )
 from ..skeleton._linear_system import System
+from ..skeleton._packed_loop import packed_while_loop
 from ._loop_rules import (
     CGSettings,
     CONVERGED,
@@ -249,4 +250,4 @@ def inline_solve(
         steps_left = lax.lt(s.step, constant(max_steps, s.step))
         return both(both(lax.eq(s.mode, STEP), positive), steps_left)
 
-    return lax.while_loop(continues, ft.partial(_inline_step, constants), init)
+    return packed_while_loop(continues, ft.partial(_inline_step, constants), init)

@@ -296,8 +296,12 @@ def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     real = jnp.finfo(x.dtype).dtype
     if x.size == 0:
         return jnp.ones((), real)
-    largest = jnp.max(jnp.abs(x)).astype(real)
-    if real == jnp.float64:
+    return binary_scale_of_largest(jnp.max(jnp.abs(x)).astype(real))
+
+
+def binary_scale_of_largest(largest: Float[Array, ""]) -> Float[Array, ""]:
+    """`binary_scale` of a vector whose largest magnitude is `largest` (real)."""
+    if largest.dtype == jnp.float64:
         return lax.platform_dependent(
             largest, tpu=_power_of_two_by_arithmetic, default=_power_of_two_by_bits
         )

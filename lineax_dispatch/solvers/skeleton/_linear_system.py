@@ -15,11 +15,14 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 from jaxtyping import Array, Bool, PyTree
 
 from ._flat_vectors import (
     all_finite,
     binary_scale,
+    binary_scale_of_largest,
+    constant,
     flat_mv,
     Flattener,
     result_dtype,
@@ -50,6 +53,8 @@ class System(eqx.Module):
         estimate) was divided to give this system's (see `rhs_unit`): the
         user's solution is `unit` times the system's, and an absolute tolerance
         `atol` of the user's is `atol / unit` here. `None` for no division.
+    - `residual_of`: `w -> c - w` as the plain system computes it inside a loop
+        (see `residual_in_units`); `None` for `rhs - w`.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -58,6 +63,7 @@ class System(eqx.Module):
     flat: Flattener
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
     unit: Array | None = None
+    residual_of: Callable[[Array], Array] | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -94,9 +100,10 @@ class System(eqx.Module):
         rhs = self.rhs
         if self.split is None or rhs is None or not in_cond:
             return select(residual, out, r - coef * product)
+        residual_of = self.residual_of or (lambda w: rhs - w)
         return lax.cond(
             residual,
-            lambda w, r, coef: rhs - w,
+            lambda w, r, coef: residual_of(w),
             lambda w, r, coef: r - coef * w,
             product,
             r,
@@ -174,7 +181,31 @@ def rhs_unit(b: Array) -> Array:
     divides exactly (no rounding, away from overflow and subnormals), so the
     iterates are the user's own, scaled.
     """
-    return binary_scale(b)
+    if b.size == 0 or jnp.iscomplexobj(b):
+        return binary_scale(b)
+    # `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself:
+    # XLA:CPU compiles `|b|` as a kernel of its own ahead of a reduction, and
+    # a reduction as one or two more.
+    inf = constant(np.inf, b)
+    top, bottom = lax.reduce((b, b), (lax.neg(inf), inf), _max_and_min, (0,))
+    return binary_scale_of_largest(lax.max(top, lax.neg(bottom)))
+
+
+def _max_and_min(a: tuple, b: tuple) -> tuple:
+    """The reduction of `rhs_unit`. (One function for every solve: JAX caches a
+    reduction's computation by the function.)"""
+    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
+
+
+def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:
+    """`w -> b / unit - w` for the power of two `unit`, computed as
+    `(b - w unit) / unit`: the same values (scaling by a power of two is exact,
+    away from overflow and subnormals), but reading the user's `b` rather than
+    `b / unit`, which a loop would read as an array computed before it (XLA
+    moves a computation that does not change in the loop out of it): a kernel
+    of its own and an array more in the loop's state."""
+    u = unit.astype(b.dtype)
+    return lambda w: lax.div(lax.sub(b, lax.mul(w, u)), u)
 
 
 def flatteners(
@@ -199,11 +230,12 @@ def plain_system(
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
     unit = rhs_unit(b)
+    residual_of = residual_in_units(b, unit)
     b = b / unit.astype(b.dtype)
 
     def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         w = mv(x)
-        return select(residual, b - w, w), w
+        return select(residual, residual_of(w), w), w
 
     def apply(x: Array, residual: Bool[Array, ""]) -> Array:
         return split(x, residual)[0]
@@ -212,7 +244,15 @@ def plain_system(
         y0_flat = flat.zeros()
     else:
         y0_flat = flat.ravel(y0) / unit.astype(flat.dtype)
-    system = System(apply=apply, rhs=b, offset=None, flat=flat, split=split, unit=unit)
+    system = System(
+        apply=apply,
+        rhs=b,
+        offset=None,
+        flat=flat,
+        split=split,
+        unit=unit,
+        residual_of=residual_of,
+    )
     return system, y0_flat
 
 

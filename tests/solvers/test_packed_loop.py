@@ -1,0 +1,122 @@
+"""`packed_while_loop`: `lax.while_loop` with the state's scalars carried in one
+array per dtype (XLA:CPU compiles each array a loop returns as a kernel of its
+own). The same values as `lax.while_loop`, under jit and vmap."""
+
+from typing import NamedTuple
+
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import Array
+
+from lineax_dispatch.solvers.skeleton._packed_loop import packed_while_loop
+
+
+class _State(NamedTuple):
+    x: Array
+    gamma: Array
+    scale: Array
+    step: Array
+    mode: Array
+    done: Array
+    flags: tuple
+
+
+def _init(x: Array) -> _State:
+    return _State(
+        x=x,
+        gamma=jnp.sum(x * x),
+        scale=jnp.array(0.5, x.dtype),
+        step=jnp.array(0, jnp.int32),
+        mode=jnp.array(3, jnp.int32),
+        done=jnp.array(False),
+        flags=(jnp.array(True), jnp.array(7, jnp.int32)),
+    )
+
+
+def _cond(s: _State) -> Array:
+    return (~s.done) & (s.step < 40)
+
+
+def _body(s: _State) -> _State:
+    x = s.x * s.scale + jnp.roll(s.x, 1)
+    gamma = jnp.sum(x * x)
+    mode = jnp.where(gamma > s.gamma, s.mode + 1, s.mode - 1)
+    return _State(
+        x=x,
+        gamma=gamma,
+        scale=s.scale * 1.01,
+        step=s.step + 1,
+        mode=mode,
+        done=gamma > 1e3,
+        flags=(~s.flags[0], s.flags[1] + mode),
+    )
+
+
+def _both(x):
+    return (
+        packed_while_loop(_cond, _body, _init(x)),
+        lax.while_loop(_cond, _body, _init(x)),
+    )
+
+
+def _assert_same(got, want):
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64])
+def test_the_same_values_as_a_while_loop(dtype):
+    x = jnp.linspace(-1, 1, 5).astype(dtype)
+    with jax.checking_leaks():
+        got, want = jax.jit(_both)(x)
+    _assert_same(got, want)
+
+
+def test_the_same_values_under_vmap():
+    # Each batch member stops at its own step: the predicate is batched.
+    xs = jnp.outer(jnp.array([0.1, 1.0, 3.0]), jnp.linspace(-1, 1, 4))
+    got, want = jax.jit(jax.vmap(_both))(xs)
+    _assert_same(got, want)
+    assert len(set(np.asarray(got.step).tolist())) > 1
+
+
+def test_the_loop_carries_one_array_per_dtype_of_several_scalars():
+    jaxpr = jax.make_jaxpr(lambda x: packed_while_loop(_cond, _body, _init(x)))(
+        jnp.ones(4, jnp.float32)
+    )
+    (loop,) = [e for e in jaxpr.eqns if e.primitive is lax.while_p]
+    carried = [v.aval for v in loop.outvars]
+    shapes = sorted((str(a.dtype), a.shape) for a in carried)
+    # The vector; float32 `gamma` and `scale` as one array, the three int32
+    # scalars and the two booleans likewise.
+    want = [("bool", (2,)), ("float32", (2,)), ("float32", (4,)), ("int32", (3,))]
+    assert shapes == want
+
+
+def test_a_state_without_scalars_is_a_plain_while_loop():
+    def cond(c):
+        return c[0][0] < 10
+
+    def body(c):
+        return (c[0] + 1, c[1] * 2)
+
+    init = (jnp.zeros(2), jnp.ones(3))
+    got = packed_while_loop(cond, body, init)
+    _assert_same(got, lax.while_loop(cond, body, init))
+
+
+def test_a_weakly_typed_scalar_comes_back_with_its_dtype():
+    def cond(c):
+        return c[0] < 3
+
+    def body(c):
+        return (c[0] + 1, c[1] * 2.0)
+
+    got = jax.jit(lambda: packed_while_loop(cond, body, (0, 1.0)))()
+    assert got[0].dtype == jnp.int32 or got[0].dtype == jnp.int64
+    assert int(got[0]) == 3 and float(got[1]) == 8.0
