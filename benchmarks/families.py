@@ -20,6 +20,18 @@ regret of Auto on each half (target on the held-out half: median <= 1.05 and wor
 <= 1.5 at both scores). Each Auto variant's observations (what `decide` read) are
 kept, so that a cost model can be scored on them offline.
 
+A policy may change how fast an answer comes, not the answer: a variant is a
+candidate for the best only where its answer is one (`answer_ok`: it reported
+success, or it is within `ANSWER_TOLERANCE` of `Lazy`'s, our matrix-free solve's,
+failed or not). Plain lineax's CG, for one, returns zeros where its curvature test
+reports a well-posed solve singular (the stencil's chained solves at n = 4096),
+and a dense build's float32 rounding can keep a solve at the edge of float32 from
+its tolerance: no time of a wrong answer is a bar. Each score also counts where
+Auto's own answer is not one (`auto_answer_ok`), and, at compile + 1 run, where
+Auto's first call is slower than plain lineax's by more than 5% where lineax's
+answer is one (`auto_over_lineax`). `--merge` scores its files' cases again by
+these rules.
+
 How to run
 ----------
 
@@ -74,6 +86,12 @@ VARIANTS = tuple(
 )
 LXD_JIT = ("Roll", *AUTOS)
 TARGET_MEDIAN, TARGET_WORST = 1.05, 1.5
+# Relative difference from `Lazy`'s answer within which a failed solve's answer
+# is still one (float32 solves of one system differ by about 1e-5 between
+# policies; a wrong answer by 1e-2 and more).
+ANSWER_TOLERANCE = 1e-3
+# Auto's first call over plain lineax's, above which it counts as slower.
+SLOWER_THAN_LINEAX = 1.05
 RUN_SAMPLES, RUN_BUDGET_S = 51, 0.5
 
 
@@ -173,17 +191,32 @@ def run_case(case: fc.Case, repeats: int, variants: tuple = VARIANTS) -> dict:
     return row
 
 
+def answer_ok(result: dict) -> bool:
+    """Whether a variant's answer is one: it reported success, or it is within
+    `ANSWER_TOLERANCE` of `Lazy`'s."""
+    if result.get("all_successful", True):
+        return True
+    return result.get("rel_err_vs_lazy", 0.0) <= ANSWER_TOLERANCE
+
+
 def case_score(results: dict, runs: int) -> dict:
-    """At one score: the best fixed policy (plain lineax among the candidates), and
-    Auto (told that number of runs) over it."""
+    """At one score: the best fixed policy (plain lineax among the candidates)
+    whose answer is one (`answer_ok`; every one where none is), and Auto (told
+    that number of runs) over it, and over plain lineax."""
     totals = {v: score(t, runs) for v, t in results.items()}
-    best = min((v for v in FIXED + (BASELINE,) if v in totals), key=totals.get)
+    fixed = [v for v in FIXED + (BASELINE,) if v in totals]
+    candidates = [v for v in fixed if answer_ok(results[v])] or fixed
+    best = min(candidates, key=totals.get)
     auto, unraced = AUTO_FOR[runs], UNRACED[AUTO_FOR[runs]]
     out = dict(
         totals=totals,
         best=best,
+        not_answers=[v for v in fixed if v not in candidates],
         auto_choice=results[auto]["choice"]["strategy"],
         auto_over_best=totals[auto] / totals[best],
+        auto_answer_ok=answer_ok(results[auto]),
+        auto_over_lineax=totals[auto] / totals[BASELINE],
+        lineax_answer_ok=answer_ok(results[BASELINE]),
     )
     if unraced in totals:
         out["unraced_choice"] = results[unraced]["choice"]["strategy"]
@@ -203,11 +236,21 @@ def summary(rows: list[dict]) -> dict:
         out[half] = {}
         for runs in map(str, SCORES):
             ratios = [r["scores"][runs]["auto_over_best"] for r in mine]
+            scores = [r["scores"][runs] for r in mine]
             out[half][runs] = dict(
                 cases=len(ratios),
                 median=median(ratios),
                 worst=max(ratios),
                 met=median(ratios) <= TARGET_MEDIAN and max(ratios) <= TARGET_WORST,
+                auto_answers_not_ok=[
+                    r["label"] for r, s in zip(mine, scores) if not s["auto_answer_ok"]
+                ],
+                slower_than_lineax=[
+                    r["label"]
+                    for r, s in zip(mine, scores)
+                    if s["lineax_answer_ok"]
+                    and s["auto_over_lineax"] > SLOWER_THAN_LINEAX
+                ],
             )
             unraced = [r["scores"][runs].get("unraced_over_best") for r in mine]
             if None not in unraced:
@@ -236,6 +279,18 @@ def format_rows(rows: list[dict], totals: dict) -> str:
                 lines.append(
                     f"{'':<9} Auto(race=False): median {s['unraced_median']:.3f}, "
                     f"worst {s['unraced_worst']:.3f}"
+                )
+            for key, what in (
+                (
+                    "slower_than_lineax",
+                    f"over plain lineax's by > {SLOWER_THAN_LINEAX}",
+                ),
+                ("auto_answers_not_ok", "Auto's answer not one"),
+            ):
+                found = s.get(key, [])
+                lines.append(
+                    f"{'':<9} {what}: {len(found)}"
+                    + "".join(f"\n{'':<11}{label}" for label in found)
                 )
     return "\n".join(lines)
 
@@ -301,6 +356,8 @@ def merge(paths: Sequence[Path], out: Path) -> None:
     a machine whose calls are time-limited) as one, summarised as one run."""
     loaded = [json.loads(p.read_text()) for p in paths]
     rows = [row for payload in loaded for row in payload["cases"]]
+    for row in rows:
+        row["scores"] = {str(r): case_score(row["results"], r) for r in SCORES}
     payload = dict(loaded[0], cases=rows, summary=summary(rows))
     payload["config"] = dict(
         loaded[0]["config"],

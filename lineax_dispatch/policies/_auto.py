@@ -195,6 +195,7 @@ class Auto(AbstractPolicy):
         key: Any = None,
         cost: MvCost | None = None,
         out_structure: Any = None,
+        solve_tolerance: float | None = None,
     ) -> Decision:
         """The decision for `operator` with the given use.
 
@@ -210,6 +211,8 @@ class Auto(AbstractPolicy):
         - `key`: the operator's kind key, for the cache of cost analyses.
         - `cost`, `out_structure`: the cost of one `mv` and the output structure,
             if already known (see [`lineax_dispatch.observe`][]).
+        - `solve_tolerance`: where the call sites are a solve, its tolerance (see
+            [`lineax_dispatch.Observation`][]).
 
         **Returns:**
 
@@ -229,6 +232,7 @@ class Auto(AbstractPolicy):
             key=key,
             cost=cost,
             out_structure=out_structure,
+            solve_tolerance=solve_tolerance,
         )
         return decide(observation, self.model())
 

@@ -385,6 +385,7 @@ def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
             executions=record.executions * k,
             solves=1,
             key=record.key,
+            solve_tolerance=record.tolerance,
         )
         if isinstance(shared.policy, Materialise):
             hints[(record.site, record.key)] = k

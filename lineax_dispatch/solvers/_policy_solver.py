@@ -11,7 +11,7 @@ from jaxtyping import Array, PyTree
 
 from ..operators import with_policy
 from ..policies import AbstractPolicy, Auto, check_policy
-from ._prepare import expected_iterations, resolve_for_solve
+from ._prepare import expected_iterations, resolve_for_solve, stated_tolerance
 
 
 _ITERATIVE = (lx.CG, lx.GMRES, lx.BiCGStab, lx.LSMR, lx.Normal)
@@ -125,7 +125,9 @@ class PolicySolver(lx.AbstractLinearSolver):
         if isinstance(self.policy, Auto) and isinstance(self.solver, _ITERATIVE):
             max_steps = getattr(self.solver, "max_steps", None)
             operator = resolve_for_solve(
-                operator, expected_iterations(max_steps, operator.in_size())
+                operator,
+                expected_iterations(max_steps, operator.in_size()),
+                stated_tolerance(self.solver),
             )
         return hide_static(self.solver.init(operator, options))
 

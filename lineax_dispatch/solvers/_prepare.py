@@ -5,6 +5,7 @@ import math
 import jax
 import lineax as lx
 
+from .._validate import as_real
 from ..operators import AbstractDispatchOperator, adopt, MatrixLinearOperator
 from ..policies import Auto, dense_matrix, Lazy, Materialise
 from ..policies._pinned import pinned
@@ -62,8 +63,21 @@ def _single_array(structure) -> bool:
     return isinstance(structure, jax.ShapeDtypeStruct) and len(structure.shape) == 1
 
 
+def stated_tolerance(solver: lx.AbstractLinearSolver) -> float | None:
+    """The relative tolerance an iterative `solver` states: the smaller of its
+    nonzero `rtol` and `atol` (for a right-hand side of order one both are
+    relative). `None` where it has neither, both are zero, or either is traced."""
+    given = [as_real(getattr(solver, name, None)) for name in ("rtol", "atol")]
+    if None in given:
+        return None
+    nonzero = [t for t in given if t is not None and t > 0]
+    return min(nonzero) if nonzero else None
+
+
 def resolve_for_solve(
-    operator: lx.AbstractLinearOperator, executions: float
+    operator: lx.AbstractLinearOperator,
+    executions: float,
+    tolerance: float | None = None,
 ) -> lx.AbstractLinearOperator:
     """If `operator` carries `Auto`, decides once for a solve that runs `mv`
     `executions` times from one call site, and returns the operator ready for the
@@ -74,6 +88,9 @@ def resolve_for_solve(
 
     - `operator`: the operator to be solved.
     - `executions`: the expected number of `mv`s.
+    - `tolerance`: the solve's relative tolerance, where the solver states one:
+        the matrix is not built where its products' rounding could keep the solve
+        from it (see [`lineax_dispatch.Observation`][]'s `solve_tolerance`).
 
     **Returns:**
 
@@ -99,7 +116,12 @@ def resolve_for_solve(
     # line, rolled): they share one matrix build.
     shared = solve_hint(key)
     decision = policy.decision(
-        operator, call_sites=1, executions=executions * shared, solves=1, key=key
+        operator,
+        call_sites=1,
+        executions=executions * shared,
+        solves=1,
+        key=key,
+        solve_tolerance=tolerance,
     )
     if shared > 1:
         note = (
@@ -109,7 +131,7 @@ def resolve_for_solve(
         decision = decision.with_reason(note)
     # For `lxd.jit` and `lxd.explain`; carried by the operator's pinned policy
     # where there is one, so that a program reusing this trace reads it back.
-    record = solve_record(operator, key, executions, decision)
+    record = solve_record(operator, key, executions, decision, tolerance)
     scope = current_scope()
     record_solve(record, carried=scope is not None)
     chosen = decision.policy

@@ -293,3 +293,24 @@ def test_an_mv_with_effects_or_that_vmap_cannot_batch():
     for flags in (dict(mv_effects=True), dict(mv_batchable=False)):
         assert lxd.decide(_obs(batch=512, **flags)).strategy == "Scan"
     assert lxd.decide(_obs(batch=512)).strategy == "Materialise"
+
+
+def test_a_solve_is_not_materialised_within_the_dense_product_s_rounding():
+    """A dense matrix's product with a vector rounds as its inner products do (up
+    to `n * eps`), whatever the user's `mv` computes: a solve whose tolerance is
+    within that is not materialised (the matrix could keep it from an answer the
+    user's `mv` reaches); with a looser tolerance, in float64, or without a stated
+    one, it is."""
+    solve = dict(executions=128.0, solves=1, **_EXPENSIVE_LARGE)
+    assert lxd.decide(_obs(**solve)).strategy == "Materialise"
+    # float32, n = 1024: a dense product rounds by up to 1024 * 1.2e-7 = 1.2e-4.
+    tight = lxd.decide(_obs(solve_tolerance=1e-5, **solve))
+    assert tight.strategy != "Materialise"
+    (reason,) = [r for r in tight.reasons if r.startswith("Materialise not allowed")]
+    assert "1e-05" in reason and "float32" in reason
+    assert lxd.decide(_obs(solve_tolerance=1e-3, **solve)).strategy == "Materialise"
+    wide = lxd.decide(_obs(solve_tolerance=1e-5, dtype="float64", itemsize=8, **solve))
+    assert wide.strategy == "Materialise"
+    # Plain call sites (no solve) are not bound by a tolerance.
+    sites = dict(call_sites=16, executions=16.0, **_EXPENSIVE_LARGE)
+    assert lxd.decide(_obs(solve_tolerance=1e-5, **sites)).strategy == "Materialise"

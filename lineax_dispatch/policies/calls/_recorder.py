@@ -31,6 +31,7 @@ class SolveRecord:
     executions: float
     decision: Any
     site: tuple[str, int]
+    tolerance: float | None = None
 
 
 class SolverChoice(eqx.Module):
@@ -158,13 +159,19 @@ def record_solver_choice(
     return choice
 
 
-def solve_record(operator: Any, key: Any, executions: float, decision: Any) -> Any:
+def solve_record(
+    operator: Any,
+    key: Any,
+    executions: float,
+    decision: Any,
+    tolerance: float | None = None,
+) -> Any:
     """The `SolveRecord` of a solve's decision made at the current user line, if an
     `lxd.jit` or `lxd.explain` trace is running, else `None`."""
     if _RECORDER.get() is None:
         return None
     return SolveRecord(
-        key, abstract_operator(operator), executions, decision, user_site()
+        key, abstract_operator(operator), executions, decision, user_site(), tolerance
     )
 
 

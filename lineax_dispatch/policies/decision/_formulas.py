@@ -119,9 +119,11 @@ def materialise_estimate(o: Observation, model: CostModel) -> Estimate:
     """The `Materialise` estimate: the matrix built in chunks of columns
     (`build_chunk`) once per solve, and once for a program's plain call sites
     (under `lxd.jit` they share one build), a matrix product at each site. Not
-    allowed (no seconds) where `mv` has effects, vmap cannot batch it or the
-    build does not fit the memory budget."""
-    chunk = None if o.mv_effects or not o.mv_batchable else build_chunk(o, model)
+    allowed (no seconds) where `mv` has effects, vmap cannot batch it, the build
+    does not fit the memory budget, or a solve's tolerance is within the dense
+    product's rounding (`Observation.materialise_keeps_answer`)."""
+    usable = o.mv_batchable and not o.mv_effects and o.materialise_keeps_answer
+    chunk = build_chunk(o, model) if usable else None
     if chunk is None:
         return Estimate(Materialise())
     k, runs = _sites_and_runs(o)

@@ -5,6 +5,7 @@ from typing import Any
 import equinox as eqx
 import jax.tree_util as jtu
 import lineax as lx
+import numpy as np
 
 from ..._explicit_axes import parts_of
 from .._dense import EXPLICIT_OPERATORS
@@ -78,6 +79,10 @@ class Observation(eqx.Module):
         over (typed with Explicit mesh axes; see `_explicit_axes.parts_of`): a
         matrix is built with its rows split as the output, and the memory budget
         is one device's, counting one device's part.
+    - `solve_tolerance`: the solve's relative tolerance (the smaller of its
+        nonzero `rtol` and `atol`), where the call sites are a solve whose solver
+        states one; `None` otherwise. A solve is materialised only where
+        `dense_rounding` is below it (see `materialise_keeps_answer`).
     """
 
     kind: str
@@ -105,6 +110,26 @@ class Observation(eqx.Module):
     mv_batchable: bool = True
     out_parts: int = 1
     in_parts: int = 1
+    solve_tolerance: float | None = None
+
+    @property
+    def dense_rounding(self) -> float:
+        """`in_size * eps` of the dtype: the worst-case relative rounding of an
+        inner product of `in_size` terms, that of each entry of a dense matrix's
+        product with a vector."""
+        return self.in_size * float(np.finfo(np.dtype(self.dtype)).eps)
+
+    @property
+    def materialise_keeps_answer(self) -> bool:
+        """Whether a dense matrix's products can reach the solve's tolerance
+        wherever the user's `mv` does: always, except for a solve whose tolerance
+        is within `dense_rounding`. (A dense product's rounding is that of its
+        inner products, whatever the user's `mv` computes; `J^T J` applied as two
+        products rounds far less than its matrix does. A float32 CG solve of one
+        at n = 256 to `rtol = atol = 1e-5` converged from the user's `mv` and
+        stalled short of its tolerance from the matrix.)"""
+        tolerance = self.solve_tolerance
+        return tolerance is None or self.solves == 0 or tolerance > self.dense_rounding
 
     @property
     def matrix_bytes(self) -> int:
@@ -133,6 +158,7 @@ def observe(
     key: Any = None,
     cost: MvCost | None = None,
     out_structure: Any = None,
+    solve_tolerance: float | None = None,
 ) -> Observation:
     """Builds the [`lineax_dispatch.Observation`][] of `operator`: its sizes, dtype
     and arrays, and the cost of one `mv` (from XLA's cost analysis of the lowered,
@@ -153,6 +179,8 @@ def observe(
     - `out_structure`: the operator's output structure where it is already known
         (`lxd.jit` reads it from the traced program), instead of asking the
         operator (which may trace its function for it).
+    - `solve_tolerance`: the solve's tolerance, where the call sites are a solve
+        (see the field of [`lineax_dispatch.Observation`][]).
 
     **Returns:**
 
@@ -207,4 +235,5 @@ def observe(
         mv_batchable=cost is None or cost.batchable,
         out_parts=parts_of(out_structure),
         in_parts=parts_of(in_structure),
+        solve_tolerance=None if solve_tolerance is None else float(solve_tolerance),
     )

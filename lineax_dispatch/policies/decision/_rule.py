@@ -117,6 +117,8 @@ def _estimate_reason(
     """A sentence on one strategy's estimate: its compile and run, and the
     model's measured error where it has one; or why it is not allowed."""
     if e.seconds is None:
+        if isinstance(e.policy, Materialise) and not o.materialise_keeps_answer:
+            return f"{e.strategy} not allowed: {_rounding_reason(o)}"
         return f"{e.strategy} not allowed: {_why_not(o, needed)}"
     error = model.margin(type(e.policy))
     within = (
@@ -143,6 +145,17 @@ def _why_not(o: Observation, needed: int) -> str:
         return "vmap cannot batch mv (a jax.pure_callback without a vmap_method)."
     return f"it needs {format_bytes(needed)} with a budget of " + (
         f"{format_bytes(o.memory_budget)}."
+    )
+
+
+def _rounding_reason(o: Observation) -> str:
+    """Why a solve is not materialised: its tolerance is within the dense
+    product's rounding (`Observation.materialise_keeps_answer`)."""
+    return (
+        f"a dense product of {o.in_size} terms in {o.dtype} rounds by up to "
+        f"{o.dense_rounding:.2g}, not below the solve's tolerance "
+        f"{o.solve_tolerance:.2g}: the matrix could keep the solve from an answer "
+        "the user's mv reaches."
     )
 
 

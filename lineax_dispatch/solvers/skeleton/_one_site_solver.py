@@ -16,7 +16,7 @@ from lineax.internal import max_norm
 
 from ..._validate import as_int, as_real, check_tolerance
 from ...policies.calls._recorder import own_code
-from .._prepare import expected_iterations, resolve_for_solve
+from .._prepare import expected_iterations, resolve_for_solve, stated_tolerance
 from ._flat_vectors import (
     both,
     conj_options,
@@ -248,9 +248,10 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
     def prepare(self, operator: lx.AbstractLinearOperator) -> lx.AbstractLinearOperator:
         """Fixes an `Auto` operator's strategy for this solve (see
-        `resolve_for_solve`), counting the expected iterations as executions."""
+        `resolve_for_solve`), counting the expected iterations as executions, with
+        the solve's tolerance (`stated_tolerance`)."""
         executions = expected_iterations(self.max_steps, operator.in_size())
-        return resolve_for_solve(operator, executions)
+        return resolve_for_solve(operator, executions, stated_tolerance(self))
 
     def resolve_max_steps(self, size: int) -> int:
         """lineax's default: ten times the number of unknowns."""
