@@ -21,8 +21,9 @@ def _has_unraced(data: dict) -> bool:
 
 def regrets(data: dict, runs: str) -> dict[str, list[float]]:
     """Per case of a `families` file, each score over the best measured one
-    (plain lineax among them): `Auto`'s, `Auto(race=False)`'s where measured
-    (`--unraced`), always `Lazy`'s, the best of ours."""
+    (plain lineax among them, whose answer is one: the file's `best`):
+    `Auto`'s, `Auto(race=False)`'s where measured (`--unraced`), always `Lazy`'s,
+    the best of ours (whose answer is one)."""
     out: dict[str, list[float]] = {"Auto": []}
     unraced = _has_unraced(data)
     if unraced:
@@ -31,12 +32,13 @@ def regrets(data: dict, runs: str) -> dict[str, list[float]]:
     for case in data["cases"]:
         score = case["scores"][runs]
         totals = {k: v for k, v in score["totals"].items() if not k.startswith("Auto")}
-        best = min(totals.values())
+        best = totals[score["best"]]
+        wrong = set(score.get("not_answers", ()))
         out["Auto"].append(score["auto_over_best"])
         if unraced:
             out["Auto(race=False)"].append(score["unraced_over_best"])
         out["always Lazy"].append(totals["Lazy"] / best)
-        ours = [v for k, v in totals.items() if k != "lineax"]
+        ours = [v for k, v in totals.items() if k != "lineax" and k not in wrong]
         out["best of our policies"].append(min(ours) / best)
     return out
 
