@@ -34,8 +34,9 @@ class _Packing:
                 groups.setdefault(jnp.result_type(leaf), []).append(i)
         # (A dtype with one scalar gains nothing from packing.)
         self.groups = {d: where for d, where in groups.items() if len(where) > 1}
-        packed = {i for where in self.groups.values() for i in where}
-        self.scalar = [i in packed for i in range(len(leaves))]
+        chosen = {i for where in self.groups.values() for i in where}
+        # Whether each leaf is carried packed.
+        self.packed = [i in chosen for i in range(len(leaves))]
 
     def pack(self, state) -> tuple[list[Array], list]:
         leaves = self.treedef.flatten_up_to(state)
@@ -43,18 +44,18 @@ class _Packing:
             jnp.stack([jnp.asarray(leaves[i], dtype) for i in where])
             for dtype, where in self.groups.items()
         ]
-        rest = [leaf for leaf, s in zip(leaves, self.scalar) if not s]
+        rest = [leaf for leaf, p in zip(leaves, self.packed) if not p]
         return packs, rest
 
     def unpack(self, packed: tuple[list[Array], list]):
         packs, rest = packed
-        leaves: list = [None] * len(self.scalar)
+        leaves: list = [None] * len(self.packed)
         for pack, where in zip(packs, self.groups.values()):
             for k, i in enumerate(where):
                 leaves[i] = pack[k]
         others = iter(rest)
-        for i, s in enumerate(self.scalar):
-            if not s:
+        for i, p in enumerate(self.packed):
+            if not p:
                 leaves[i] = next(others)
         return jtu.tree_unflatten(self.treedef, leaves)
 
