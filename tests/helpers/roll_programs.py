@@ -121,6 +121,19 @@ def _with_solve(ops, x):
     return op.mv(y) + op.mv(b)
 
 
+def _runge_kutta(ops, x):
+    """Three steps of classic RK4: the four stages keep one to four values each
+    across a call (the slots that hold nothing at a stage are left as they are)."""
+    op, dt = ops[0], 0.1
+    for _ in range(3):
+        k1 = -op.mv(x)
+        k2 = -op.mv(x + 0.5 * dt * k1)
+        k3 = -op.mv(x + 0.5 * dt * k2)
+        k4 = -op.mv(x + dt * k3)
+        x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return x
+
+
 ZOO_X = jnp.linspace(0.1, 1.0, N)
 ZOO = {
     "dependent": _dependent,
@@ -131,6 +144,7 @@ ZOO = {
     "in-scan-and-cond": _in_scan_and_cond,
     "effects": _with_effects,
     "solve": _with_solve,
+    "runge-kutta": _runge_kutta,
 }
 
 

@@ -33,12 +33,29 @@ def stops(sites, tail: int | None) -> list[int]:
     return [sites[j + 1] if j + 1 < k else last for j in range(k)]
 
 
+def _positional(live: list) -> tuple | None:
+    """The avals of slots where slot p holds the p-th value live across each step
+    (in the order of definition; a step with fewer live values leaves the last
+    slots holding nothing), or `None` where two values at one position differ in
+    aval."""
+    avals: list = []
+    for layout in live:
+        for p, v in enumerate(layout):
+            if p == len(avals):
+                avals.append(v.aval)
+            elif avals[p] != v.aval:
+                return None
+    return tuple(avals)
+
+
 def layouts(jaxpr, sites, varying, tail=None, last_next=()):
-    """Per step, the carried variables at its start and end, and their avals; or
-    `None` where a carried value is not a plain array. Positional (slot p holds
-    "the p-th value live across this step", so that the steps of an unrolled loop
-    read and write alike) when every step carries the same avals; else one slot
-    per variable for the whole loop. The last step's `last_next` (its next inputs)
+    """Per step, the carried variables at its start and end (`None`: the slot holds
+    nothing), and their avals; or `None` where a carried value is not a plain
+    array. Positional (slot p holds "the p-th value live across this step", so
+    that the steps of an unrolled loop read and write alike, whatever number of
+    values each step keeps: the four stages of a Runge-Kutta step share four
+    branches) where each position holds values of one aval; else one slot per
+    variable for the whole loop. The last step's `last_next` (its next inputs)
     are read after the loop from the loop's final inputs, not from a slot."""
     eqns = jaxpr.eqns
     k = len(sites)
@@ -79,9 +96,11 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=()):
     ]
     if not all(plain_aval(v.aval) for v in order if v in last_use):
         return None
-    if len({tuple(v.aval for v in layout) for layout in live}) == 1:
-        reads = (tuple([None] * len(live[0])),) + tuple(live[:-1])
-        return reads, tuple(live), tuple(v.aval for v in live[0])
+    slot_avals = _positional(live)
+    if slot_avals is not None:
+        width = len(slot_avals)
+        padded = tuple(layout + (None,) * (width - len(layout)) for layout in live)
+        return ((None,) * width,) + padded[:-1], padded, slot_avals
     slots = tuple(v for v in order if v in last_use)
     return (
         tuple(slots for _ in range(k)),
@@ -294,6 +313,8 @@ def _same_writes(match: _Match, s: Steps, r: int, j: int) -> bool:
     end = stops(s.sites, s.tail)[r]
     own = {v for eqn in s.eqns[s.sites[r] : end] for v in eqn.outvars}
     for a, b in zip(s.writes[j], s.writes[r]):
+        if a is None:  # `j` keeps nothing there: no step reads it before a write
+            continue
         if not match.same(a, b, None) or (j != r and a is b and b in own):
             return False
     return True
