@@ -182,11 +182,18 @@ def _map_param(value: Any, replace: Callable[[Any], Any], memo: dict) -> Any:
     return value
 
 
-def heavy(eqn: Any) -> bool:
-    """Whether the equation `eqn` is, or holds at any depth, work of `HEAVY`."""
-    if eqn.primitive in HEAVY:
+# Loops: lineax's linear solve (its solver's loop) and JAX's loops.
+LOOPS = frozenset({linear_solve_p, prims.while_p, prims.scan_p})
+
+
+def heavy(eqn: Any, kinds: frozenset = HEAVY) -> bool:
+    """Whether the equation `eqn` is, or holds at any depth, work of `kinds`
+    (`HEAVY`, or `LOOPS`)."""
+    if eqn.primitive in kinds:
         return True
-    return any(heavy(e) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns)
+    return any(
+        heavy(e, kinds) for sub in jex.jaxprs_in_params(eqn.params) for e in sub.eqns
+    )
 
 
 def call_name(eqn: Any) -> str | None:

@@ -322,6 +322,7 @@ def _solve_roll_replay(data: dict) -> str:
 TABLES = {
     "solve_roll_replay": _solve_roll_replay,
     "realistic-raced": _realistic,
+    "realistic-3-rounds": _realistic,
     "dependent_sites": _dependent_sites,
     "compile_race": _compile_race,
     "families": _families,

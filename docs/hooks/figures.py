@@ -103,7 +103,7 @@ HEADLINES = (
     (
         "{tpu_realistic.programs} user-written programs, first call of `lxd.jit` + "
         "`Auto`: speedup over `eqx.filter_jit` + lineax, median (range)",
-        "tpu/realistic-raced",
+        "tpu/realistic-3-rounds",
         "{tpu_realistic.first_median} ({tpu_realistic.first_span})",
         "python -m benchmarks.realistic --rounds 3",
     ),

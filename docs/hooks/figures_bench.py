@@ -234,14 +234,14 @@ def _realistic_auto(file: str, key: str) -> str:
 
 
 for _key in ("first_median", "first_span", "run_max"):
-    figure(f"tpu_realistic.{_key}", "tpu/realistic-raced")(
-        functools.partial(_realistic_auto, "tpu/realistic-raced", _key)
+    figure(f"tpu_realistic.{_key}", "tpu/realistic-3-rounds")(
+        functools.partial(_realistic_auto, "tpu/realistic-3-rounds", _key)
     )
 
 
-@figure("tpu_realistic.programs", "tpu/realistic-raced")
+@figure("tpu_realistic.programs", "tpu/realistic-3-rounds")
 def _realistic_programs():
-    return str(len(load("tpu/realistic-raced")["results"]))
+    return str(len(load("tpu/realistic-3-rounds")["results"]))
 
 
 @figure("auto.lineax_worst", "auto")

@@ -169,23 +169,6 @@ def test_unrolled_loops_share_one_branch():
         _close(lxd.jit(f)(x), jax.jit(lambda x: f(x))(x))
 
 
-def test_stages_that_keep_different_numbers_of_values_share_branches():
-    """RK4's four stages keep one to four values across their calls: each value
-    has the slot of its position among the values live there, so every time step
-    after the first runs the first's four branches' successors, not a branch per
-    call (the first time step reads its start from before the loop, the last
-    call computes no next input)."""
-    from lineax_dispatch.program.analyse._groups import find_groups
-    from lineax_dispatch.program.analyse._roll_plan import plan_roll
-
-    ops = _operators(lxd.Roll())
-    jaxpr = jax.make_jaxpr(lambda x: ZOO["runge-kutta"](ops, x))(ZOO_X).jaxpr
-    (group,) = find_groups(jaxpr).values()
-    plan = plan_roll(jaxpr, group.sites)
-    assert plan.classes == (0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 8)
-    assert len(plan.slot_avals) == 4  # the most values live across one call
-
-
 def _primitive_names(jaxpr) -> set[str]:
     names = set()
     for eqn in jaxpr.eqns:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._jaxpr import defined, is_literal
+from ..._jaxpr import defined, heavy, is_literal, LOOPS
 from ._roll_steps import (
     compare,
     consumers_of,
@@ -107,6 +107,16 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
     or `None` when they cannot be rolled (fewer than two, different avals, or a
     value the loop would carry that is not a plain array).
 
+    A loop between two calls (a solve's, or the program's own) that only one step
+    runs stays out of the rolled loop: the calls are cut there, and the longest
+    run of two or more between such loops is rolled (`None` where there is none;
+    the other calls stay where they are). In a branch of its own that loop would
+    compile as often as inline, nested in the rolled loop: on a TPU, `Auto`
+    rolling the two `mv`s of `x <- x + A^{-1}(b - A x)` so made its first call
+    slower than the program inline (`newton_residual` in
+    `benchmarks/results/tpu/realistic-3-rounds.json`). A loop that every step
+    runs (a solve in each Newton step) is one branch, compiled once.
+
     **Arguments:**
 
     - `jaxpr`: the program's `jax.extend.core.Jaxpr`.
@@ -116,6 +126,32 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
 
     A `RollPlan`, or `None`.
     """
+    plan = _plan_all(jaxpr, sites)
+    if plan is None:
+        return None
+    runs = _runs_between_loops(jaxpr, plan)
+    if len(runs) == 1:
+        return plan
+    longest = max(runs, key=len)
+    return plan_roll(jaxpr, longest) if len(longest) >= 2 else None
+
+
+def _runs_between_loops(jaxpr: Any, plan: RollPlan) -> list[tuple[int, ...]]:
+    """`plan`'s sites cut after each step whose branch runs that step only and
+    whose code holds a loop (`_jaxpr.LOOPS`, at any depth)."""
+    ends = stops(plan.sites, plan.tail)
+    runs: list[list[int]] = [[]]
+    for j, site in enumerate(plan.sites):
+        runs[-1].append(site)
+        code = jaxpr.eqns[site + 1 : ends[j]]
+        alone = plan.classes.count(plan.classes[j]) == 1
+        if alone and j + 1 < len(plan.sites) and any(heavy(e, LOOPS) for e in code):
+            runs.append([])
+    return [tuple(run) for run in runs]
+
+
+def _plan_all(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
+    """`plan_roll`'s plan for every call at `sites`, loops between them or not."""
     group = call_group(jaxpr, sites)
     if group is None:
         return None

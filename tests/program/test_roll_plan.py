@@ -1,0 +1,82 @@
+"""What `Roll`'s plan makes of the calls of a program: the slots its loop
+carries (by position among the values live across each call, whatever number
+each call keeps) and where it cuts the calls (at a loop between them that one
+step runs). Each program's results are `jax.jit`'s."""
+
+import jax
+import jax.numpy as jnp
+import lineax as lx
+
+import lineax_dispatch as lxd
+
+from ..helpers.roll_programs import _close, _operators, N, ZOO, ZOO_X
+
+
+def test_stages_that_keep_different_numbers_of_values_share_branches():
+    """RK4's four stages keep one to four values across their calls: each value
+    has the slot of its position among the values live there, so every time step
+    after the first runs the first's four branches' successors, not a branch per
+    call (the first time step reads its start from before the loop, the last
+    call computes no next input)."""
+    from lineax_dispatch.program.analyse._groups import find_groups
+    from lineax_dispatch.program.analyse._roll_plan import plan_roll
+
+    ops = _operators(lxd.Roll())
+    jaxpr = jax.make_jaxpr(lambda x: ZOO["runge-kutta"](ops, x))(ZOO_X).jaxpr
+    (group,) = find_groups(jaxpr).values()
+    plan = plan_roll(jaxpr, group.sites)
+    assert plan.classes == (0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 8)
+    assert len(plan.slot_avals) == 4  # the most values live across one call
+
+
+def test_a_loop_that_one_step_runs_stays_out_of_the_rolled_loop():
+    """A solve between two calls that only one step runs cuts the calls there:
+    iterative refinement's two `mv`s are not rolled, and of four calls, a solve,
+    and four more, the first four are; a solve in every step (Newton) is one
+    shared branch, and every call rolls. The results are `jax.jit`'s."""
+    from lineax_dispatch.policies.calls._marked import MARKED_NAME
+    from lineax_dispatch.program.analyse._groups import find_groups
+    from lineax_dispatch.program.analyse._roll_plan import plan_roll
+
+    op = _operators(lxd.Roll())[0]
+    solve = lambda y: (
+        lx.linear_solve(
+            lx.MatrixLinearOperator(
+                jnp.eye(N) * 3.0 + 0.1, lx.positive_semidefinite_tag
+            ),
+            y,
+            lxd.CG(rtol=1e-10, atol=1e-10),
+        ).value
+    )
+
+    def refine(b):
+        x = jnp.zeros_like(b)
+        for _ in range(2):
+            x = x + solve(b - op.mv(x))
+        return x
+
+    def split(x):
+        for _ in range(4):
+            x = op.mv(x) + 1.0
+        x = solve(x)
+        for _ in range(4):
+            x = op.mv(x) * 0.5
+        return x
+
+    def newton(b):
+        x = b
+        for _ in range(4):
+            x = solve(op.mv(x) - b)
+        return x
+
+    b = jnp.linspace(0.1, 1.0, N)
+    for f, rolled in ((refine, 0), (split, 4), (newton, 4)):
+        jaxpr = jax.make_jaxpr(f)(b).jaxpr
+        (group,) = [g for g in find_groups(jaxpr).values() if g.name == MARKED_NAME]
+        plan = plan_roll(jaxpr, group.sites)
+        assert (0 if plan is None else len(plan.sites)) == rolled, f.__name__
+        if plan is not None:
+            assert plan.sites == tuple(sorted(group.sites)[:rolled])
+        _close(lxd.jit(f)(b), jax.jit(f)(b))
+        loss = lambda b: jnp.sum(f(b) ** 2)
+        _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
