@@ -323,6 +323,7 @@ TABLES = {
     "solve_roll_replay": _solve_roll_replay,
     "realistic-raced": _realistic,
     "realistic-3-rounds": _realistic,
+    "realistic-solve-programs": _realistic,
     "dependent_sites": _dependent_sites,
     "compile_race": _compile_race,
     "families": _families,
