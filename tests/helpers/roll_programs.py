@@ -134,6 +134,32 @@ def _runge_kutta(ops, x):
     return x
 
 
+def _shifting_slots(ops, x):
+    """Calls that keep one, two, three, two and one values: as the oldest values
+    die, the others move to lower slots, and values computed at the first calls
+    are read only after the last."""
+    op = ops[0]
+    a = op.mv(x)
+    b = op.mv(a * 0.5)
+    c = op.mv(jnp.sin(b))
+    d = op.mv(c + a)
+    e = op.mv(d - b)
+    return e + c, jnp.sum(e)
+
+
+def _mixed_types(ops, x):
+    """Calls that keep a vector and a scalar at one position, two vectors at
+    another: one slot per value for the whole loop."""
+    op = ops[0]
+    for _ in range(2):
+        y = op.mv(x)
+        s = jnp.sum(y)
+        z = op.mv(y * s)
+        w = op.mv(z + y)
+        x = w * s + z
+    return x
+
+
 ZOO_X = jnp.linspace(0.1, 1.0, N)
 ZOO = {
     "dependent": _dependent,
@@ -145,6 +171,8 @@ ZOO = {
     "effects": _with_effects,
     "solve": _with_solve,
     "runge-kutta": _runge_kutta,
+    "shifting-slots": _shifting_slots,
+    "mixed-types": _mixed_types,
 }
 
 
