@@ -98,7 +98,8 @@ def run(names, rounds: int, scale: float) -> dict:
     found: dict = {name: {v: [] for v in variants} for name in names}
     for r in range(rounds):
         for name in names:
-            for variant in variants:
+            # Every other round in reverse order: no variant always runs first.
+            for variant in variants[:: -1 if r % 2 else 1]:
                 try:
                     found[name][variant].append(measure(name, variant, scale))
                 except Exception as error:  # noqa: BLE001 - recorded, run goes on
