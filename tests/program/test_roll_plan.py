@@ -14,10 +14,11 @@ from ..helpers.roll_programs import _close, _operators, N, ZOO, ZOO_X
 
 def test_stages_that_keep_different_numbers_of_values_share_branches():
     """RK4's four stages keep one to four values across their calls: each value
-    has the slot of its position among the values live there, so every time step
-    after the first runs the first's four branches' successors, not a branch per
-    call (the first time step reads its start from before the loop, the last
-    call computes no next input)."""
+    has the slot of its position among the values live there, and the start `x`,
+    which the first time step reads where each later one reads the value its
+    step before computed, heads the layout of the first time step: every time
+    step runs the same four branches (the last call, which computes no next
+    input, one of its own)."""
     from lineax_dispatch.program.analyse._groups import find_groups
     from lineax_dispatch.program.analyse._roll_plan import plan_roll
 
@@ -25,7 +26,10 @@ def test_stages_that_keep_different_numbers_of_values_share_branches():
     jaxpr = jax.make_jaxpr(lambda x: ZOO["runge-kutta"](ops, x))(ZOO_X).jaxpr
     (group,) = find_groups(jaxpr).values()
     plan = plan_roll(jaxpr, group.sites)
-    assert plan.classes == (0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 8)
+    assert plan.classes == (3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 4)
+    # The first step starts the slot that later ones read their time step's
+    # start from with the program's `x`.
+    assert plan.initial[0][0] == "var" and plan.initial[1:] == (None,) * 3
     assert len(plan.slot_avals) == 4  # the most values live across one call
 
 

@@ -201,11 +201,11 @@ def _tail_candidate(jaxpr, sites, varying, consumers) -> tuple[int, tuple] | Non
     return tail, tuple(last_next)
 
 
-def _steps(jaxpr, sites, varying, consumers, tail, last_next) -> tuple | None:
+def _steps(jaxpr, sites, varying, consumers, tail, last_next, early) -> tuple | None:
     """`(steps, slot_avals)`: what `compare` reads of the roll (`Steps`) and the
-    avals of its carried slots; `None` where a carried value is not a plain
-    array."""
-    found_layouts = layouts(jaxpr, sites, varying, tail, last_next)
+    avals of its carried slots (`layouts`, `early` or not); `None` where a carried
+    value is not a plain array or there is no such layout."""
+    found_layouts = layouts(jaxpr, sites, varying, tail, last_next, early)
     if found_layouts is None:
         return None
     reads, writes, slot_avals = found_layouts
@@ -298,8 +298,23 @@ def _tables(found, representatives, k: int) -> tuple[dict, ...]:
 
 def _plan(jaxpr, sites, varying, consumers, tail=None, last_next=()) -> RollPlan | None:
     """`plan_roll`'s plan, the last step running `tail` equations after its call
-    (`consumers`: `consumers_of(jaxpr)`)."""
-    made = _steps(jaxpr, sites, varying, consumers, tail, last_next)
+    (`consumers`: `consumers_of(jaxpr)`): of the layouts with and without the
+    values of before the loop that only the first steps read (`layouts`'s
+    `early`), the one of fewer branches (without, where they tie)."""
+    best = None
+    for early in (False, True):
+        plan = _plan_of_layout(jaxpr, sites, varying, consumers, tail, last_next, early)
+        if plan is not None and (
+            best is None or len(plan.representatives) < len(best.representatives)
+        ):
+            best = plan
+    return best
+
+
+def _plan_of_layout(
+    jaxpr, sites, varying, consumers, tail, last_next, early
+) -> RollPlan | None:
+    made = _steps(jaxpr, sites, varying, consumers, tail, last_next, early)
     if made is None:
         return None
     steps, slot_avals = made

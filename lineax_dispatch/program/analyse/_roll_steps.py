@@ -48,7 +48,7 @@ def _positional(live: list) -> tuple | None:
     return tuple(avals)
 
 
-def layouts(jaxpr, sites, varying, tail=None, last_next=()):
+def layouts(jaxpr, sites, varying, tail=None, last_next=(), early=False):
     """Per step, the carried variables at its start and end (`None`: the slot holds
     nothing), and their avals; or `None` where a carried value is not a plain
     array. Positional (slot p holds "the p-th value live across this step", so
@@ -56,7 +56,10 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=()):
     values each step keeps: the four stages of a Runge-Kutta step share four
     branches) where each position holds values of one aval; else one slot per
     variable for the whole loop. The last step's `last_next` (its next inputs)
-    are read after the loop from the loop's final inputs, not from a slot."""
+    are read after the loop from the loop's final inputs, not from a slot.
+    With `early`, the positional layout starts with the values of before the loop
+    that only the first steps read (`_early_values`); `None` where there are
+    none or that layout does not hold."""
     eqns = jaxpr.eqns
     k = len(sites)
     ends = stops(sites, tail)
@@ -96,17 +99,56 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=()):
     ]
     if not all(plain_aval(v.aval) for v in order if v in last_use):
         return None
+    if early:
+        found = _early_values(jaxpr, sites, varying, ends, step_of, order, last_use)
+        if not found:
+            return None
+        live = [
+            tuple(v for v, last in found if j < last) + layout
+            for j, layout in enumerate(live)
+        ]
     slot_avals = _positional(live)
     if slot_avals is not None:
         width = len(slot_avals)
-        padded = tuple(layout + (None,) * (width - len(layout)) for layout in live)
+        padded = tuple(step + (None,) * (width - len(step)) for step in live)
         return ((None,) * width,) + padded[:-1], padded, slot_avals
+    if early:
+        return None
     slots = tuple(v for v in order if v in last_use)
     return (
         tuple(slots for _ in range(k)),
         tuple(slots for _ in range(k)),
         tuple(v.aval for v in slots),
     )
+
+
+def _early_values(jaxpr, sites, varying, ends, step_of, order, last_use) -> list:
+    """`(variable, last step)` for the values of before the loop that the code of
+    the first steps reads and no later step, nor the code after the loop (RK4's
+    start `x`, which its first time step reads where each later one reads the
+    value its previous step computed), of the type of a value the loop carries:
+    at the head of the positional layout, they give the first steps the layout
+    of the later ones (`layouts`), so that these share branches."""
+    eqns, k = jaxpr.eqns, len(sites)
+    carried = {v.aval for v in order if v in last_use}
+    last: dict[Any, int] = {}
+    for j, start in enumerate(sites):
+        # The call's inputs, computed by the step before; then the step's code.
+        reads = [(eqns[start].invars[p], j - 1) for p in varying]
+        reads += [(v, j) for eqn in eqns[start + 1 : ends[j]] for v in eqn.invars]
+        for v, step in reads:
+            if not is_literal(v) and defined(v) and v not in step_of:
+                last[v] = max(last.get(v, -1), step)
+    after = {
+        v
+        for v in [v for eqn in eqns[ends[-1] :] for v in eqn.invars] + jaxpr.outvars
+        if not is_literal(v)
+    }
+    return [
+        (v, step)
+        for v, step in last.items()
+        if 1 <= step < k - 1 and v not in after and v.aval in carried
+    ]
 
 
 def extra_safe(jaxpr, indices: range, consumers: dict, next_call: int) -> bool:

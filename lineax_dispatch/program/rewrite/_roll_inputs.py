@@ -40,6 +40,9 @@ def fresh_inputs(
     eqns = jaxpr.eqns
     before = set(jaxpr.invars) | set(jaxpr.constvars)
     before.update(v for e in eqns[: plan.sites[0]] for v in e.outvars)
+    # A value of before the loop that the steps read from a slot (`layouts`) is
+    # another value at each step.
+    before.difference_update(v for slots in plan.reads for v in slots)
     keep = later | {v for v in plan.writes[first] if v is not None}
     next_call = eqns[plan.sites[first + 1]]
     # An input the last step's tail computes for the code after the loop stays
