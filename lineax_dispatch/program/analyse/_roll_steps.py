@@ -33,6 +33,17 @@ def stops(sites, tail: int | None) -> list[int]:
     return [sites[j + 1] if j + 1 < k else last for j in range(k)]
 
 
+def _padded(live: list) -> tuple | None:
+    """`layouts`'s positional `(reads, writes, slot_avals)` for the values `live`
+    across each step, or `None` where a position holds values of two avals."""
+    slot_avals = _positional(live)
+    if slot_avals is None:
+        return None
+    width = len(slot_avals)
+    padded = tuple(step + (None,) * (width - len(step)) for step in live)
+    return ((None,) * width,) + padded[:-1], padded, slot_avals
+
+
 def _positional(live: list) -> tuple | None:
     """The avals of slots where slot p holds the p-th value live across each step
     (in the order of definition; a step with fewer live values leaves the last
@@ -107,13 +118,9 @@ def layouts(jaxpr, sites, varying, tail=None, last_next=(), early=False):
             tuple(v for v, last in found if j < last) + layout
             for j, layout in enumerate(live)
         ]
-    slot_avals = _positional(live)
-    if slot_avals is not None:
-        width = len(slot_avals)
-        padded = tuple(step + (None,) * (width - len(step)) for step in live)
-        return ((None,) * width,) + padded[:-1], padded, slot_avals
-    if early:
-        return None
+    positional = _padded(live)
+    if positional is not None or early:
+        return positional
     slots = tuple(v for v in order if v in last_use)
     return (
         tuple(slots for _ in range(k)),
