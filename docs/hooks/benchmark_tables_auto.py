@@ -192,6 +192,39 @@ def _realistic(data: dict) -> str:
     )
 
 
+def _realistic_stages(data: dict) -> str:
+    stages = ("trace_s", "lower_s", "compile_s", "first_run_s")
+    rows = [
+        (
+            f"`{name}`",
+            variant,
+            *(f"{entry[s]:.3f}" for s in stages),
+            f"{entry['total_s']:.3f}",
+            _x(entry["over_lineax"]),
+        )
+        for name, row in data["results"].items()
+        for variant, entry in row.items()
+    ]
+    return (
+        "Seconds of each stage of a fresh program's first call, the median of "
+        f"{data['rounds']} round(s); lineax's trace is inside its lowering "
+        "(`eqx.filter_jit(...).lower`).\n\n"
+        + _table(
+            (
+                "program",
+                "variant",
+                "trace",
+                "lower",
+                "compile",
+                "first run",
+                "total",
+                "over lineax",
+            ),
+            rows,
+        )
+    )
+
+
 def _accelerator(data: dict) -> str:
     parity = data["parity"]
     counts = _table(("verdict", "rows"), list(parity["counts"].items()))
@@ -324,6 +357,7 @@ TABLES = {
     "realistic-raced": _realistic,
     "realistic-3-rounds": _realistic,
     "realistic-solve-programs": _realistic,
+    "realistic_stages": _realistic_stages,
     "dependent_sites": _dependent_sites,
     "compile_race": _compile_race,
     "families": _families,
