@@ -37,7 +37,8 @@ def test_a_loop_that_one_step_runs_stays_out_of_the_rolled_loop():
     """A solve between two calls that only one step runs cuts the calls there:
     iterative refinement's two `mv`s are not rolled, and of four calls, a solve,
     and four more, the first four are; a solve in every step (Newton) is one
-    shared branch, and every call rolls. The results are `jax.jit`'s."""
+    shared branch, and every call rolls. The results are `jax.jit`'s (and the
+    gradient, where the rolled run is followed by the solve)."""
     from lineax_dispatch.policies.calls._marked import MARKED_NAME
     from lineax_dispatch.program.analyse._groups import find_groups
     from lineax_dispatch.program.analyse._roll_plan import plan_roll
@@ -82,5 +83,6 @@ def test_a_loop_that_one_step_runs_stays_out_of_the_rolled_loop():
         if plan is not None:
             assert plan.sites == tuple(sorted(group.sites)[:rolled])
         _close(lxd.jit(f)(b), jax.jit(f)(b))
-        loss = lambda b: jnp.sum(f(b) ** 2)
-        _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
+    # Through the rolled run and the solve after it.
+    loss = lambda b: jnp.sum(split(b) ** 2)
+    _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
