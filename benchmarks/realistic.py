@@ -22,12 +22,11 @@ import time
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import lineax_dispatch as lxd
 from benchmarks import harness
-from benchmarks.realistic_cases import HALF, operator, PROGRAMS
+from benchmarks.realistic_cases import fresh_program, HALF, PROGRAMS
 
 
 FULL = dict(rounds=2, scale=1.0)
@@ -55,13 +54,8 @@ def measured_variants() -> tuple[str, ...]:
 def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
     """One fresh program: the first call (trace, compile, run) and the median of
     `runs` further calls, and its output."""
-    fn, n, spd, program = PROGRAMS[name](scale)
     policy = None if variant == "lineax" else POLICY[variant]()
-    op = operator(fn, n, policy, spd)
-    x = jax.random.normal(jax.random.key(7), (n,), jnp.float32)
-    x = jax.block_until_ready(x)
-    # A new function object: no cache of JAX's carries over between variants.
-    body = lambda op, x: program(op, x)
+    body, op, x = fresh_program(name, policy, scale)
     jitted = eqx.filter_jit(body) if policy is None else lxd.jit(body)
     start = time.perf_counter()
     out = jax.block_until_ready(jitted(op, x))

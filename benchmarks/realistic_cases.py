@@ -78,6 +78,16 @@ def _normal(weights, x):
     return y
 
 
+def fresh_program(name: str, policy, scale: float) -> tuple:
+    """`(body, op, x)`: program `name` at `scale` as a new function object `body(op,
+    x)` (no cache of JAX's carries over between calls of this), its operator under
+    `policy` (`None`: plain lineax) and its input, on the device."""
+    fn, n, spd, program = PROGRAMS[name](scale)
+    op = operator(fn, n, policy, spd)
+    x = jax.block_until_ready(jax.random.normal(jax.random.key(7), (n,), jnp.float32))
+    return (lambda op, x: program(op, x)), op, x
+
+
 def operator(fn, n: int, policy, spd: bool):
     """`fn` (an `eqx.Partial` whose arrays are leaves) as a plain lineax operator
     (policy `None`) or one of ours."""

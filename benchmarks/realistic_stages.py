@@ -22,12 +22,11 @@ import statistics
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import lineax_dispatch as lxd
 from benchmarks import harness
-from benchmarks.realistic_cases import operator, PROGRAMS
+from benchmarks.realistic_cases import fresh_program, PROGRAMS
 
 
 FULL = dict(rounds=3, scale=1.0)
@@ -43,12 +42,8 @@ STAGES = ("trace_s", "lower_s", "compile_s", "first_run_s")
 
 def stages(name: str, variant: str, scale: float) -> dict:
     """The stages of one fresh program's first call (seconds)."""
-    fn, n, spd, program = PROGRAMS[name](scale)
     policy = None if variant == "lineax" else POLICY[variant]()
-    op = operator(fn, n, policy, spd)
-    x = jax.block_until_ready(jax.random.normal(jax.random.key(7), (n,), jnp.float32))
-    # A new function object: no cache of JAX's carries over between variants.
-    body = lambda op, x: program(op, x)
+    body, op, x = fresh_program(name, policy, scale)
     if policy is None:
         jitted, trace_s = eqx.filter_jit(body), 0.0
         lowered, lower_s = harness.timed(lambda: jitted.lower(op, x))
