@@ -359,4 +359,7 @@ TABLES = {
     "autosolver": _autosolver,
     "preconditioners": _preconditioners,
     "preconditioners-float64-64": _preconditioners,
+    "preconditioners-float64-256": _preconditioners,
+    "preconditioners-blocks-float64": _preconditioners,
+    "preconditioners-blocks-float32": _preconditioners,
 }
