@@ -15,6 +15,7 @@ from lineax.internal import max_norm
 from ..._validate import check_square
 from ..skeleton._flat_vectors import (
     both,
+    computed_once,
     conj_options,
     constant,
     keep_conj,
@@ -277,6 +278,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
             self.stagnation_iters,
             self.check_residual,
         )
+        mode = computed_once(mode, s.step)
         # (Read from `mode`, which the loop carries anyway, rather than from
         # `refresh` and `bad`: one scalar kernel fewer.)
         advance = lax.eq(mode, STEP)

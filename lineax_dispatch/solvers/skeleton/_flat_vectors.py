@@ -242,6 +242,29 @@ def quotient(a: Array, b: Array) -> Array:
         return a / b
 
 
+def computed_once(value: Array, count: Array) -> Array:
+    """`value`, an integer scalar, divided by `count >= 0` as an integer (1, for
+    any non-negative `count` such as a step count): XLA cannot fold the division
+    away, and counts it expensive. XLA:CPU fuses cheap scalar logic into each
+    vector kernel that reads its result, once per kernel, where an expensive one
+    is computed once in a kernel of its own; a loop whose vector updates read a
+    decision made of a few dozen scalar operations (CG's next pass) then
+    compiles that decision once rather than in every update.
+
+    **Arguments:**
+
+    - `value`: an integer scalar (or a batch of them under `vmap`).
+    - `count`: a non-negative integer of `value`'s dtype that XLA cannot
+        prove non-negative.
+
+    **Returns:**
+
+    `value`.
+    """
+    one = lax.convert_element_type(lax.ge(count, constant(0, count)), value.dtype)
+    return lax.div(value, one)
+
+
 def both(a: Array, b: Array) -> Array:
     """`a & b` of booleans, as `lax.bitwise_and` (see `constant`)."""
     return lax.bitwise_and(a, b)
