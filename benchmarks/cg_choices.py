@@ -63,6 +63,7 @@ def measure(n: int, rounds: int) -> dict:
     for _ in range(rounds):
         for name, settings in VARIANTS.items():
             f = program(n, arrays, settings)
+            harness.fresh_heap()
             lowered, lower_s = harness.timed(lambda: f.lower(x))
             compiled, compile_s = harness.timed(lowered.compile)
             jax.block_until_ready(compiled(x))

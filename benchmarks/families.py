@@ -133,6 +133,7 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
             if raced:
                 # Auto races its uncertain choices at the first call (not in
                 # `.lower()`): that call, trace to run, as a user makes it.
+                harness.fresh_heap()
                 out, first_s = harness.timed(
                     lambda: jax.block_until_ready(jitted(*args))
                 )

@@ -5,6 +5,7 @@ plots and the results files. How they time and what the dense-layer chain is:
 docs/benchmarks.md, "How the benchmarks measure"."""
 
 import argparse
+import gc
 import importlib.util
 import os
 import platform
@@ -95,6 +96,16 @@ def example(name: str):
 # ------------------------------------------------------------------ timing
 
 
+def fresh_heap() -> None:
+    """Collects Python's garbage before a program's first call is timed, so that
+    a full collection of what earlier programs left does not land in this one's
+    timing. With the families' heap on the CPU a full collection took about 0.1 s,
+    a quarter of a small program's first call, in whichever stage it fell
+    (`docs/benchmarks.md`, "How the benchmarks measure"). The program's own
+    allocations still trigger the collections they would for a user."""
+    gc.collect()
+
+
 def timed(thunk: Callable):
     """`(thunk(), seconds)`."""
     start = time.perf_counter()
@@ -128,7 +139,9 @@ def median_call_time(call: Callable, count: int) -> float:
 
 def compile_stages(trace: Callable, lower: Callable, args) -> tuple:
     """Times `traced = trace()`, `lowered = lower(traced)`, `lowered.compile()` and
-    the first call on `args`: `(timings, compiled, out)`, `out` that call's output."""
+    the first call on `args`, from a `fresh_heap`: `(timings, compiled, out)`,
+    `out` that call's output."""
+    fresh_heap()
     traced, trace_s = timed(trace)
     lowered, lower_s = timed(lambda: lower(traced))
     compiled, compile_s = timed(lowered.compile)

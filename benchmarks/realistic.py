@@ -57,6 +57,7 @@ def measure(name: str, variant: str, scale: float, runs: int = 10) -> dict:
     policy = None if variant == "lineax" else POLICY[variant]()
     body, op, x = fresh_program(name, policy, scale)
     jitted = eqx.filter_jit(body) if policy is None else lxd.jit(body)
+    harness.fresh_heap()
     start = time.perf_counter()
     out = jax.block_until_ready(jitted(op, x))
     first = time.perf_counter() - start

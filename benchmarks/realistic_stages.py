@@ -44,6 +44,7 @@ def stages(name: str, variant: str, scale: float) -> dict:
     """The stages of one fresh program's first call (seconds)."""
     policy = None if variant == "lineax" else POLICY[variant]()
     body, op, x = fresh_program(name, policy, scale)
+    harness.fresh_heap()
     if policy is None:
         jitted, trace_s = eqx.filter_jit(body), 0.0
         lowered, lower_s = harness.timed(lambda: jitted.lower(op, x))
