@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from jaxtyping import Array
 
+from lineax_dispatch.solvers.skeleton import _packed_loop
+from lineax_dispatch.solvers.skeleton._flat_vectors import computed_once
 from lineax_dispatch.solvers.skeleton._packed_loop import packed_while_loop
 
 
@@ -120,3 +122,22 @@ def test_a_weakly_typed_scalar_comes_back_with_its_dtype():
     got = jax.jit(lambda: packed_while_loop(cond, body, (0, 1.0)))()
     assert got[0].dtype == jnp.int32 or got[0].dtype == jnp.int64
     assert int(got[0]) == 3 and float(got[1]) == 8.0
+
+
+def test_other_backends_carry_the_state_as_it_is(monkeypatch):
+    """The packing is XLA:CPU's: elsewhere the loop's carry is the state's own
+    leaves, and `computed_once` returns its value untouched."""
+    x = jnp.arange(4.0)
+
+    def carried(backend):
+        monkeypatch.setattr(_packed_loop.jax, "default_backend", lambda: backend)
+        jaxpr = jax.make_jaxpr(lambda x: packed_while_loop(_cond, _body, _init(x)))(x)
+        (loop,) = [e for e in jaxpr.jaxpr.eqns if e.primitive is lax.while_p]
+        return [v.aval.shape for v in loop.outvars]
+
+    leaves = [jnp.shape(leaf) for leaf in jax.tree.leaves(_init(x))]
+    assert carried("tpu") == leaves
+    assert carried("cpu") != leaves
+    monkeypatch.setattr(_packed_loop.jax, "default_backend", lambda: "tpu")
+    value = jnp.int32(3)
+    assert computed_once(value, jnp.int32(5)) is value

@@ -27,6 +27,7 @@ from ...operators._sharding import explicit_sharding, replicated_like, stacked_l
 from ...operators._vector_structure import structures_match
 from ...policies._memory import promoted_dtype, structure_size
 from ...policies.calls._recorder import user_code
+from ._packed_loop import packs_here
 
 
 class Flattener(eqx.Module):
@@ -249,7 +250,9 @@ def computed_once(value: Array, count: Array) -> Array:
     vector kernel that reads its result, once per kernel, where an expensive one
     is computed once in a kernel of its own; a loop whose vector updates read a
     decision made of a few dozen scalar operations (CG's next pass) then
-    compiles that decision once rather than in every update.
+    compiles that decision once rather than in every update. On another backend
+    `value` as it is (the duplication measured is XLA:CPU's; see
+    `_packed_loop.packs_here`).
 
     **Arguments:**
 
@@ -261,6 +264,8 @@ def computed_once(value: Array, count: Array) -> Array:
 
     `value`.
     """
+    if not packs_here():
+        return value
     one = lax.convert_element_type(lax.ge(count, constant(0, count)), value.dtype)
     return lax.div(value, one)
 
