@@ -27,7 +27,7 @@ from ...operators._sharding import explicit_sharding, replicated_like, stacked_l
 from ...operators._vector_structure import structures_match
 from ...policies._memory import promoted_dtype, structure_size
 from ...policies.calls._recorder import user_code
-from ._packed_loop import packs_here
+from ._packed_loop import on_xla_cpu
 
 
 class Flattener(eqx.Module):
@@ -252,7 +252,7 @@ def computed_once(value: Array, count: Array) -> Array:
     decision made of a few dozen scalar operations (CG's next pass) then
     compiles that decision once rather than in every update. On another backend
     `value` as it is (the duplication measured is XLA:CPU's; see
-    `_packed_loop.packs_here`).
+    `_packed_loop.on_xla_cpu`).
 
     **Arguments:**
 
@@ -264,7 +264,7 @@ def computed_once(value: Array, count: Array) -> Array:
 
     `value`.
     """
-    if not packs_here():
+    if not on_xla_cpu():
         return value
     one = lax.convert_element_type(lax.ge(count, constant(0, count)), value.dtype)
     return lax.div(value, one)

@@ -9,7 +9,7 @@ the scalar computations that produce it into one kernel (a concatenation of
 their values), and reads each scalar back by slicing, which fuses into the
 kernels that read it.
 
-The packing is XLA:CPU's alone (`packs_here`). On a TPU v5e our CG ran longer
+The packing is XLA:CPU's alone (`on_xla_cpu`). On a TPU v5e our CG ran longer
 after the change that packed its loop than before it: in the families' held-out
 stencil cases (the same steps), 1.4-1.9x lineax's CG's run where it had run in
 0.90-0.97x of it (`benchmarks/results/tpu/families-held-out-fresh-heap` against
@@ -69,9 +69,10 @@ class _Packing:
         return jtu.tree_unflatten(self.treedef, leaves)
 
 
-def packs_here() -> bool:
-    """Whether a loop's scalars are packed on the backend in use: on XLA:CPU
-    only (see the module's docstring)."""
+def on_xla_cpu() -> bool:
+    """Whether the backend in use is XLA:CPU, where the devices for its compile
+    (this packing, `_flat_vectors.computed_once`) are used; elsewhere the loop is
+    written as it reads (see the module's docstring)."""
     return jax.default_backend() == "cpu"
 
 
@@ -92,7 +93,7 @@ def packed_while_loop(
     The final state, structured as `init_val`.
     """
     packing = _Packing(init_val)
-    if len(packing.groups) == 0 or not packs_here():
+    if len(packing.groups) == 0 or not on_xla_cpu():
         return lax.while_loop(cond_fun, body_fun, init_val)
     packed = lax.while_loop(
         lambda c: cond_fun(packing.unpack(c)),
