@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch.preconditioners import _probes
 from tests.helpers.eight_devices import run_on_eight_devices
 from tests.helpers.leaks import leak_checked
 
@@ -202,21 +203,30 @@ def test_probes_run_at_float32_precision():
         assert found and {p for pair in found for p in pair} == {"HIGHEST"}
 
 
-def test_colourings_divide_in_int32():
-    """With float64 enabled (as this suite runs), the colourings' index arithmetic
-    is int32: XLA:TPU emulates int64, and its division and remainder took tens of
-    seconds to compile there."""
+@pytest.mark.parametrize("in_program", [False, True])
+def test_colourings_divide_in_int32(monkeypatch, in_program):
+    """The colours of a pattern's probes are a constant of the program, computed on
+    the host (no integer division in the program); past `TABLE_ENTRIES` indices
+    they are computed in the program, and with float64 enabled (as this suite
+    runs) in int32: XLA:TPU emulates int64, and its division and remainder took
+    tens of seconds to compile there. Either way the same entries."""
     a = _coefficient(10.0)
 
     def build(a, pattern, size):
         return lxd.block_jacobi(_operator(a), size, pattern=pattern).inverse_blocks
 
     patterns = (lxd.Stencil((S, S), FIVE_POINT), lxd.Band(S, S))
-    for pattern, size in itertools.product(patterns, (1, 4)):
+    cases = list(itertools.product(patterns, (1, 4)))
+    from_table = [build(a, p, size) for p, size in cases]
+    if in_program:
+        monkeypatch.setattr(_probes, "TABLE_ENTRIES", 0)
+    for (pattern, size), expected in zip(cases, from_table):
         text = jax.jit(build, static_argnums=(1, 2)).lower(a, pattern, size).as_text()
         integer = r"stablehlo\.(?:divide|remainder) .*: tensor<(?:\d+x)*(i\d+)>"
         widths = set(re.findall(integer, text))
-        assert widths == {"i32"}, widths
+        assert widths == ({"i32"} if in_program else set()), widths
+        got = jax.jit(build, static_argnums=(1, 2))(a, pattern, size)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
 def test_errors_name_the_argument_and_what_was_given():

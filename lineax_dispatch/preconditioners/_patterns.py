@@ -11,10 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Int
 
 from .._validate import as_int, check_positive_int
+
+
+# A flat index array: NumPy's where the colours are computed on the host.
+_Index = Int[Array, "..."] | Int[np.ndarray, "..."]
 
 
 class Colouring(eqx.Module):
@@ -22,12 +26,13 @@ class Colouring(eqx.Module):
 
     - `count`: how many colours (probe vectors).
     - `colour_of`: the colour of each flat column index (an integer array in,
-        one of the same shape out), computed with `jax.numpy` from the index.
+        one of the same shape out), computed with the array's own `//` and `%`
+        (NumPy's at trace time: the colours are constants of the program).
     - `description`: the colouring in words.
     """
 
     count: int = eqx.field(static=True)
-    colour_of: Callable[[Int[Array, "..."]], Int[Array, "..."]] = eqx.field(static=True)
+    colour_of: Callable[[_Index], _Index] = eqx.field(static=True)
     description: str = eqx.field(static=True)
 
 
@@ -223,7 +228,7 @@ class Stencil(AbstractPattern):
         periods, shape = self._periods(), self.shape
 
         def colour_of(index):
-            colour = jnp.zeros_like(index)
+            colour = index * 0
             for axis in range(len(shape)):
                 coordinate = (index // math.prod(shape[axis + 1 :])) % shape[axis]
                 colour = colour * periods[axis] + coordinate % periods[axis]
