@@ -159,6 +159,9 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     timings["compile_total_s"] = total - min(run_s, first_s)
     out, steps, ok = out
     timings.update(num_steps_max=int(steps), all_successful=bool(ok))
+    if variant in LXD_JIT:
+        # `lxd.jit`'s own stages (trace, decide, rewrite): what deciding costs.
+        timings["stages"] = jitted.stage_seconds(*args)
     if variant in AUTOS:
         decisions = list(jitted.decisions(*args).values())
         timings["choice"] = dict(

@@ -80,11 +80,33 @@ def summary(rows: list[dict]) -> dict:
                     and s["auto_over_lineax"] > SLOWER_THAN_LINEAX
                 ],
             )
+            decision = decision_seconds(mine, AUTO_FOR[int(runs)])
+            if decision:
+                out[half][runs].update(decision)
             unraced = [r["scores"][runs].get("unraced_over_best") for r in mine]
             if None not in unraced:
                 out[half][runs]["unraced_median"] = median(unraced)
                 out[half][runs]["unraced_worst"] = max(unraced)
     return out
+
+
+def decision_seconds(rows: list[dict], variant: str) -> dict:
+    """What `variant`'s decisions cost over `rows` (cases measured with
+    `lxd.jit`'s stage seconds): the median and largest seconds of its analysis
+    and rewrite (`decide` + `rewrite`), and their median share of its first call
+    (trace to run); empty where no case has the stages."""
+    found = [
+        (stages["decide"] + stages["rewrite"], r["results"][variant]["total_s"])
+        for r in rows
+        if (stages := r["results"][variant].get("stages")) is not None
+    ]
+    if not found:
+        return {}
+    return dict(
+        decision_median_s=median(s for s, _ in found),
+        decision_worst_s=max(s for s, _ in found),
+        decision_share_median=median(s / total for s, total in found),
+    )
 
 
 def format_rows(rows: list[dict], totals: dict) -> str:
@@ -107,6 +129,13 @@ def format_rows(rows: list[dict], totals: dict) -> str:
                 lines.append(
                     f"{'':<9} Auto(race=False): median {s['unraced_median']:.3f}, "
                     f"worst {s['unraced_worst']:.3f}"
+                )
+            if "decision_median_s" in s:
+                lines.append(
+                    f"{'':<9} Auto's analysis and rewrite: median "
+                    f"{s['decision_median_s']:.4f} s, largest "
+                    f"{s['decision_worst_s']:.4f} s; median share of its first "
+                    f"call {s['decision_share_median']:.1%}"
                 )
             for key, what in (
                 (

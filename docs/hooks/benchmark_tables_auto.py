@@ -96,6 +96,7 @@ def _family_cases(data: dict) -> str:
     policy, what Auto chose and Auto over the best (and `Auto(race=False)` over
     the best, where measured)."""
     unraced = _has_unraced(data)
+    staged = any("stages" in case["results"].get("Auto1", {}) for case in data["cases"])
     rows = []
     for case in data["cases"]:
         cells = []
@@ -105,12 +106,26 @@ def _family_cases(data: dict) -> str:
             cells.append(f"{score['auto_over_best']:.3f}")
             if unraced:
                 cells.append(f"{score['unraced_over_best']:.3f}")
+        if staged:
+            cells.append(_decision_cost(case["results"].get("Auto1", {})))
         rows.append((case["label"], *cells))
     columns = ["best", "Auto chose", "Auto / best"]
     if unraced:
         columns.append("Auto(race=False) / best")
     header = [f"{c} ({runs})" for runs in ("1 run", "100 runs") for c in columns]
+    if staged:
+        header.append("Auto's analysis + rewrite (1 run): s, share of first call")
     return _table(("case", *header), rows)
+
+
+def _decision_cost(result: dict) -> str:
+    """The seconds of a variant's analysis and rewrite (`lxd.jit`'s `decide` and
+    `rewrite` stages) and their share of its first call."""
+    stages = result.get("stages")
+    if stages is None:
+        return "-"
+    seconds = stages["decide"] + stages["rewrite"]
+    return f"{seconds:.4f}, {seconds / result['total_s']:.1%}"
 
 
 def _replay(data: dict) -> str:

@@ -93,9 +93,18 @@ class Program:
     - `consts`: the values the function closes over from an enclosing trace.
     - `race_seconds`: where a race was run, the seconds each plan's compile took
         (`None` for the one not waited for).
+    - `stage_seconds`: the seconds `lxd.jit`'s own stages took for this program:
+        `"trace"` and `"decide"` (given), and `"rewrite"`, the rewrites of the
+        program made so far (0 before the first).
     """
 
-    def __init__(self, traced: Any, plan: Plan, jit_kwargs: dict[str, Any]):
+    def __init__(
+        self,
+        traced: Any,
+        plan: Plan,
+        jit_kwargs: dict[str, Any],
+        stage_seconds: dict[str, float] | None = None,
+    ):
         self._traced = traced
         self.plan = plan
         self._jit_kwargs = jit_kwargs
@@ -105,14 +114,24 @@ class Program:
         self._callbacks = True
         self._under_trace = None
         self.race_seconds: tuple[float | None, float | None] | None = None
+        self.stage_seconds = {"trace": 0.0, "decide": 0.0, **(stage_seconds or {})}
+        self.stage_seconds["rewrite"] = 0.0
 
     def jaxpr(self, loop: str) -> jex.ClosedJaxpr:
         """The program with its rolled calls as `loop`s (`"while"` or `"scan"`):
         the traced program itself where nothing is rewritten."""
         closed = self.jaxprs.get(loop)
         if closed is None:
-            closed = rewrite_program(self._traced.jaxpr, self.plan.actions, loop)
+            closed = self._rewrite(self.plan, loop)
             self.jaxprs[loop] = closed
+        return closed
+
+    def _rewrite(self, plan: Plan, loop: str) -> jex.ClosedJaxpr:
+        """The program rewritten with `plan`'s actions, its seconds added to
+        `stage_seconds["rewrite"]`."""
+        start = time.perf_counter()
+        closed = rewrite_program(self._traced.jaxpr, plan.actions, loop)
+        self.stage_seconds["rewrite"] += time.perf_counter() - start
         return closed
 
     @property
@@ -163,8 +182,7 @@ class Program:
 
         def lowering(index: int) -> Callable[[], Any]:
             def lower():
-                actions = plans[index].actions
-                closed = rewrite_program(self._traced.jaxpr, actions, "while")
+                closed = self._rewrite(plans[index], "while")
                 forms[index] = closed
                 return self._lower(closed, args, kwargs)
 
@@ -349,7 +367,10 @@ class Executable:
 
 
 def compile_program(
-    trace: Trace, plan: Plan, jit_kwargs: dict[str, Any]
+    trace: Trace,
+    plan: Plan,
+    jit_kwargs: dict[str, Any],
+    stage_seconds: dict[str, float] | None = None,
 ) -> tuple[Compiled, bool]:
     """The traced program rewritten with `plan`'s actions, as it is lowered and
     called: the traced (or rewritten) program is compiled as it is, and the user's
@@ -360,6 +381,8 @@ def compile_program(
     - `trace`: the program's trace.
     - `plan`: the decide stage's plan for it.
     - `jit_kwargs`: the `jax.jit` arguments it is compiled with.
+    - `stage_seconds`: the seconds its trace and decide stages took (`"trace"`,
+        `"decide"`), kept with the program (`Program.stage_seconds`).
 
     **Returns:**
 
@@ -368,7 +391,7 @@ def compile_program(
     traced again for the next, as `jax.jit` does.
     """
     traced = trace.traced
-    program = Program(traced, plan, jit_kwargs)
+    program = Program(traced, plan, jit_kwargs, stage_seconds)
     names = frozenset(trace.session.by_name())
     compiled = Compiled(program, trace.box, names)
     return compiled, not any(is_tracer(c) for c in program.consts)

@@ -1,5 +1,6 @@
 """`lxd.explain`: what Auto decides, and why, as a table."""
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,10 +15,13 @@ from ..policies.calls._sites import site_text
 from ..policies.decision._cost import jaxpr_cost
 from ..policies.decision._observation import observe
 from ..policies.decision._records import Decision
-from ._decide import mv_callee, plan_program
+from ._decide import mv_callee, Plan, plan_program
 from ._jit import CompileAware
 from ._trace import trace_program
+from .analyse._groups import find_groups
 from .analyse._solves import solve_sites
+from .analyse._stack_plan import StackPlan
+from .rewrite._rewrite import rewrite_program
 
 
 class ExplainRow(eqx.Module):
@@ -55,6 +59,8 @@ class ExplainReport(eqx.Module):
     rows: tuple[ExplainRow, ...]
     solves: tuple[SolverChoice, ...] = ()
     cost_models: tuple[str, ...] = ()
+    rewrites: tuple[str, ...] = ()
+    stage_seconds: tuple[tuple[str, float], ...] = ()
 
     def __str__(self) -> str:
         headers = (
@@ -99,6 +105,12 @@ class ExplainReport(eqx.Module):
                 lines.append(f"{row.operator} traced at: {where}")
         if not self.rows:
             lines.append("(no operator with an Auto policy had its mv applied)")
+        return "\n".join(lines + self._notes())
+
+    def _notes(self) -> list[str]:
+        """The lines below the table: the solver choices, the rewrites, the
+        stages' seconds and the cost models."""
+        lines = []
         if self.solves:
             lines.append("solver choices (lxd.AutoSolver; lxd.CG's layout):")
         for choice in self.solves:
@@ -106,11 +118,17 @@ class ExplainReport(eqx.Module):
                 f"  {choice.operator} {choice.size} -> {choice.solver}: "
                 + " ".join(choice.reasons)
             )
+        if self.rewrites:
+            lines.append("rewrites (lxd.jit):")
+            lines.extend(f"  {rewrite}" for rewrite in self.rewrites)
+        if self.stage_seconds:
+            stages = ", ".join(f"{name} {s:.3g} s" for name, s in self.stage_seconds)
+            lines.append(f"lxd.jit's own stages for this program: {stages}")
         sources = dict.fromkeys(self.cost_models)
         sources.update(dict.fromkeys(c.cost_model for c in self.solves if c.cost_model))
         for source in sources:
             lines.append(f"cost model: {source}")
-        return "\n".join(lines)
+        return lines
 
     def __repr__(self) -> str:
         return str(self)
@@ -130,6 +148,14 @@ ExplainReport.__init__.__doc__ = """**Arguments:**
 - `cost_models`: where the constants of the rows' decisions came from, one entry
     per distinct cost model (its `source`: this machine's calibration, the fitted
     defaults, or a user's).
+- `rewrites`: one line per group of calls the rewrite of `lxd.jit` changes (an
+    operator's `mv`s rolled, materialised or outlined; a repeated function of the
+    user's rolled): its name, its number of call sites and what is done.
+- `stage_seconds`: `(stage, seconds)` of `lxd.jit`'s own work for the program,
+    what deciding costs before XLA compiles: `"trace"` (the function traced, the
+    decisions made inside the trace included), `"decide"` (the program's
+    analysis and the decisions for its groups of calls) and `"rewrite"` (the
+    program rewritten with them).
 """
 
 
@@ -233,11 +259,21 @@ def _explain_program(fun: Callable, args: tuple, kwargs: dict) -> ExplainReport:
     """`explain(fun, *args, **kwargs)`: the decisions of `lxd.jit(fun)`'s trace,
     one row per `Auto` operator kind met and per solve of this package's solvers."""
     compiled = fun if isinstance(fun, CompileAware) else CompileAware(fun, {})
+    start = time.perf_counter()
     trace = trace_program(
         compiled.fun, compiled.jit_kwargs, compiled.split(args, kwargs)
     )
+    traced = time.perf_counter()
     active = trace.session
-    autos = plan_program(trace.traced.jaxpr, active).autos
+    plan = plan_program(trace.traced.jaxpr, active)
+    decided = time.perf_counter()
+    rewrite_program(trace.traced.jaxpr, plan.actions, "while")
+    stages = (
+        ("trace", traced - start),
+        ("decide", decided - traced),
+        ("rewrite", time.perf_counter() - decided),
+    )
+    autos = plan.autos
     program = trace.traced.jaxpr.jaxpr
     rows: list[ExplainRow] = [
         _row(
@@ -269,4 +305,45 @@ def _explain_program(fun: Callable, args: tuple, kwargs: dict) -> ExplainReport:
     sources = tuple(
         dict.fromkeys(p.model().source for p in policies if isinstance(p, Auto))
     )
-    return ExplainReport(tuple(rows), tuple(active.solver_choices), sources)
+    return ExplainReport(
+        tuple(rows),
+        tuple(active.solver_choices),
+        sources,
+        _rewrites(plan, program),
+        stages,
+    )
+
+
+def _rewrites(plan: Plan, program: Any) -> tuple[str, ...]:
+    """One line per group of calls of `program` (a traced program's top-level
+    `Jaxpr`) that `plan` rewrites: the operator's kind for an `Auto` operator's
+    `mv`s, else the call's name, its call sites, and the policy applied."""
+    kinds = {
+        (a.group.name, id(a.group.callee)): type(a.record.operator).__name__
+        for a in plan.autos
+    }
+    groups = find_groups(program)
+    lines = []
+    for key, action in plan.actions.items():
+        policy = type(action.policy).__name__
+        if policy == "Lazy":
+            continue
+        group = groups.get(key)
+        sites = "" if group is None else f" at {group.call_sites} call sites"
+        kind = kinds.get(key)
+        what = f"`mv` of {kind}" if kind is not None else f"`{key[0]}`"
+        done = _DONE.get(policy, policy)
+        if group is not None and policy == "Roll":
+            plan = action.plan_in(program, group.sites)
+            done = _STACKED if isinstance(plan, StackPlan) else done
+        lines.append(f"{what}{sites}: {done}")
+    return tuple(lines)
+
+
+# What the rewrite does with a group's calls, per policy applied.
+_DONE = {
+    "Roll": "rolled into one loop body",
+    "Materialise": "one matrix built, a matrix product at each site",
+    "Outline": "one separately compiled `mv` called at each site",
+}
+_STACKED = "stacked into one batched call"

@@ -5,6 +5,7 @@ and decide (`analyse/`, `_decide`), rewrite and wrap for compilation (`rewrite/`
 `_compiled`)."""
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +99,25 @@ class CompileAware:
         """
         return self.compiled(self.split(args, kwargs)).decisions
 
+    def stage_seconds(self, *args, **kwargs) -> dict[str, float]:
+        """The seconds `lxd.jit`'s own stages took for these arguments' signature
+        (tracing if needed): what deciding costs before XLA compiles.
+
+        **Arguments:**
+
+        - `*args`, `**kwargs`: as for a call.
+
+        **Returns:**
+
+        A dict: `"trace"` (the user's function traced to a program, the decisions
+        made inside the trace included: an operator's solves, `lxd.AutoSolver`'s
+        choice), `"decide"` (the program's analysis and the decisions for its
+        groups of calls) and `"rewrite"` (the program rewritten with them, at
+        its lowering, 0 before it; where nothing is to be rewritten, the look
+        for what is; both programs' rewrites where two were raced).
+        """
+        return dict(self.compiled(self.split(args, kwargs)).program.stage_seconds)
+
     def split(self, args: tuple, kwargs: dict) -> Arguments:
         """The arguments of a call, split into traced and static halves."""
         return split_arguments(self._spec, args, kwargs)
@@ -107,9 +127,12 @@ class CompileAware:
         and wrapped for compilation at its first call."""
         entry = self._compiled.get(split.key)
         if entry is None:
+            start = time.perf_counter()
             trace = trace_program(self._fun, self._passed, split)
+            traced = time.perf_counter()
             plan = plan_program(trace.traced.jaxpr, trace.session)
-            entry, reusable = compile_program(trace, plan, self._passed)
+            seconds = dict(trace=traced - start, decide=time.perf_counter() - traced)
+            entry, reusable = compile_program(trace, plan, self._passed, seconds)
             if reusable:
                 self._compiled[split.key] = entry
         return entry
