@@ -344,8 +344,38 @@ def _cg_compile(data: dict) -> str:
     )
 
 
+def _solver_kernels(data: dict) -> str:
+    rows = []
+    for program, r in data["results"].items():
+        for variant, x in r["results"].items():
+            rows.append(
+                (
+                    program,
+                    variant,
+                    str(x["kernels"]),
+                    str(x["fused_instructions"]),
+                    f"{x['compile_s']:.3f} s",
+                )
+            )
+        q = r["ours_over_lineax"]
+        rows.append(
+            (
+                program,
+                "ours / lineax",
+                f"{q['kernels']:.2f}",
+                f"{q['fused_instructions']:.2f}",
+                f"{q['compile_s']:.2f}",
+            )
+        )
+    rounds = data["settings"]["rounds"]
+    return f"Compile: median of {rounds} rounds.\n\n" + _table(
+        ("program", "variant", "kernels", "fused instructions", "XLA compile"), rows
+    )
+
+
 TABLES = {
     "cg_compile": _cg_compile,
+    "solver_kernels": _solver_kernels,
     "demo": _demo,
     "cg_choices": _cg_choices,
     "program": _program,
