@@ -23,7 +23,10 @@ Variants: `lineax` (lineax's operator and solver) and `ours` (ours, `Lazy`, and
 our solver of the same name). Per program and variant: kernels, fused
 instructions (less parameters, constants and bitcasts), and the median compile
 time of the rounds (each round compiles every variant once, in turn, a fresh
-program each); the ratios ours over lineax's.
+program each); the ratios ours over lineax's. For the CG programs, the counts of
+ours with each of its safeguards left out in turn (the true-residual check, the
+stall rule, the periodic refresh, the scaling of the right-hand side), then all
+of them, as `benchmarks.cg_compile` times them: what each compiles to.
 
 How to run
 ----------
@@ -34,16 +37,19 @@ How to run
 Results: `benchmarks/results/solver_kernels.json` and `.png`.
 """
 
+import contextlib
 import re
 import statistics
 import time
 from collections.abc import Callable
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
 import lineax as lx
 
 import lineax_dispatch as lxd
+from lineax_dispatch.solvers.skeleton import _linear_system
 
 from . import families_cases as fc, harness, preconditioners_cases as pc
 
@@ -56,24 +62,45 @@ NO_CODE = ("parameter", "constant", "bitcast")
 KERNEL_OPS = ("fusion", "dot", "custom-call", "reduce", "sort", "scatter")
 
 
-def _families_program(family: str, n: int, variant: str) -> tuple[Callable, tuple]:
-    """`benchmarks.families`' `family` at `n`, one solve, as `(f, args)`."""
+# Our CG's safeguards, each left out in turn, then all of them (counts only): the
+# settings of `lxd.CG`, and whether the right-hand side's scaling is patched out
+# (as `benchmarks.cg_compile` does; there is no setting for it).
+ABLATIONS: dict[str, tuple[dict, bool]] = {
+    "no check": (dict(check_residual=False), False),
+    "no stall rule": (dict(stagnation_iters=None), False),
+    "no refresh": (dict(stabilise_every=None), False),
+    "no scaling": ({}, True),
+    "none of them": (
+        dict(check_residual=False, stagnation_iters=None, stabilise_every=None),
+        True,
+    ),
+}
+
+
+def _families_program(
+    family: str, n: int, variant: str, settings: dict
+) -> tuple[Callable, tuple]:
+    """`benchmarks.families`' `family` at `n`, one solve, as `(f, args)`; ours
+    with CG's `settings` where given."""
     arrays = fc.family_arrays(family, n)
     op, solver = fc.make_operator(
         family, arrays, n, None if variant == "lineax" else lxd.Lazy()
     )
+    if settings:
+        solver = lxd.CG(rtol=fc.RTOL, atol=fc.ATOL, max_steps=fc.MAX_STEPS, **settings)
     f, params, _ = harness.split_program(op, fc.body(fc.Case(family, n, 1, 0), solver))
     return f, (params, jnp.ones(n, jnp.float32))
 
 
-def _diffusion_program(variant: str) -> tuple[Callable, tuple]:
+def _diffusion_program(variant: str, settings: dict) -> tuple[Callable, tuple]:
     """`benchmarks.preconditioners`' diffusion at 64 x 64 in float64, one CG
-    solve, as `(f, args)`."""
+    solve, as `(f, args)`; ours with CG's `settings`."""
     plain = variant == "lineax"
 
     def f(c, b):
         op = pc.diffusion_operator(c, plain=plain)
-        solver = (lx.CG if plain else lxd.CG)(rtol=1e-6, atol=1e-6)
+        tol = dict(rtol=1e-6, atol=1e-6)
+        solver = lx.CG(**tol) if plain else lxd.CG(**tol, **settings)
         sol = lx.linear_solve(op, b, solver, throw=False)
         return sol.value, sol.stats["num_steps"]
 
@@ -81,12 +108,14 @@ def _diffusion_program(variant: str) -> tuple[Callable, tuple]:
     return f, (c, jnp.ones(64 * 64, jnp.float64))
 
 
-PROGRAMS: dict[str, Callable[[str], tuple[Callable, tuple]]] = {
-    "stencil CG": lambda v: _families_program("stencil", 1024, v),
+PROGRAMS: dict[str, Callable[[str, dict], tuple[Callable, tuple]]] = {
+    "stencil CG": lambda v, s: _families_program("stencil", 1024, v, s),
     "diffusion CG": _diffusion_program,
-    "Gauss-Newton CG": lambda v: _families_program("gauss_newton", 64, v),
-    "Jacobian GMRES": lambda v: _families_program("jacobian", 256, v),
+    "Gauss-Newton CG": lambda v, s: _families_program("gauss_newton", 64, v, s),
+    "Jacobian GMRES": lambda v, s: _families_program("jacobian", 256, v, s),
 }
+# The programs whose solver is CG (ablated).
+CG_PROGRAMS = ("stencil CG", "diffusion CG", "Gauss-Newton CG")
 
 
 def count_kernels(hlo: str) -> tuple[int, int]:
@@ -119,14 +148,32 @@ def count_kernels(hlo: str) -> tuple[int, int]:
 X64 = ("diffusion CG",)
 
 
-def _compile(program: str, variant: str) -> tuple[float, str]:
-    """`(seconds, optimised HLO text)` of one fresh program's compile."""
-    with jax.enable_x64(program in X64):
-        f, args = PROGRAMS[program](variant)
+def _compile(
+    program: str, variant: str, settings: dict | None = None, unscaled: bool = False
+) -> tuple[float, str]:
+    """`(seconds, optimised HLO text)` of one fresh program's compile; ours with
+    CG's `settings`, and without the scaling of the right-hand side where
+    `unscaled`."""
+    unit = mock.patch.object(
+        _linear_system, "rhs_unit", lambda b: jnp.ones((), jnp.finfo(b.dtype).dtype)
+    )
+    with jax.enable_x64(program in X64), unit if unscaled else contextlib.nullcontext():
+        f, args = PROGRAMS[program](variant, settings or {})
         lowered = jax.jit(f).lower(*args)
-        start = time.perf_counter()
-        compiled = lowered.compile()
-        return time.perf_counter() - start, compiled.as_text()
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    return time.perf_counter() - start, compiled.as_text()
+
+
+def ablations(program: str) -> dict:
+    """Per variant of `ABLATIONS`, the kernels and fused instructions of ours."""
+    out = {}
+    for name, (settings, unscaled) in ABLATIONS.items():
+        kernels, instructions = count_kernels(
+            _compile(program, "ours", settings, unscaled)[1]
+        )
+        out[name] = dict(kernels=kernels, fused_instructions=instructions)
+    return out
 
 
 def measure(rounds: int) -> dict:
@@ -153,6 +200,8 @@ def measure(rounds: int) -> dict:
             k: ours[k] / base[k] for k in ("kernels", "fused_instructions", "compile_s")
         }
         out[program] = dict(results=rows, ours_over_lineax=ratios)
+        if program in CG_PROGRAMS:
+            out[program]["ablations"] = ablations(program)
     return out
 
 
@@ -210,6 +259,16 @@ def main(argv=None) -> None:
     print(
         harness.table(
             ["program", "variant", "kernels", "fused instructions", "compile"], rows
+        )
+    )
+    print(
+        harness.table(
+            ["program", "ours, CG", "kernels", "fused instructions"],
+            [
+                [program, name, a["kernels"], a["fused_instructions"]]
+                for program, r in results.items()
+                for name, a in r.get("ablations", {}).items()
+            ],
         )
     )
     payload = dict(environment=env, settings=settings, results=results)

@@ -368,8 +368,19 @@ def _solver_kernels(data: dict) -> str:
             )
         )
     rounds = data["settings"]["rounds"]
-    return f"Compile: median of {rounds} rounds.\n\n" + _table(
+    main = f"Compile: median of {rounds} rounds.\n\n" + _table(
         ("program", "variant", "kernels", "fused instructions", "XLA compile"), rows
+    )
+    ablated = [
+        (program, name, str(a["kernels"]), str(a["fused_instructions"]))
+        for program, r in data["results"].items()
+        for name, a in r.get("ablations", {}).items()
+    ]
+    if not ablated:
+        return main
+    return (
+        f"{main}\n\nOur CG with each safeguard left out, then all of them:\n\n"
+        + _table(("program", "ours, CG", "kernels", "fused instructions"), ablated)
     )
 
 
