@@ -333,60 +333,7 @@ def _cg_choices(data: dict) -> str:
     return _table(("stencil", "CG layout, update", "compile", "run"), rows)
 
 
-def _cg_compile(data: dict) -> str:
-    rows = [
-        (name, _ms(r["compile_s"]), f"{r['over_lineax']:.3f}x")
-        for name, r in data["results"].items()
-    ]
-    n, rounds = data["settings"]["n"], data["settings"]["rounds"]
-    return f"n = {n}, median of {rounds} rounds:\n\n" + _table(
-        ("CG", "XLA compile", "over lineax's, same round"), rows
-    )
-
-
-def _solver_kernels(data: dict) -> str:
-    rows = []
-    for program, r in data["results"].items():
-        for variant, x in r["results"].items():
-            rows.append(
-                (
-                    program,
-                    variant,
-                    str(x["kernels"]),
-                    str(x["fused_instructions"]),
-                    f"{x['compile_s']:.3f} s",
-                )
-            )
-        q = r["ours_over_lineax"]
-        rows.append(
-            (
-                program,
-                "ours / lineax",
-                f"{q['kernels']:.2f}",
-                f"{q['fused_instructions']:.2f}",
-                f"{q['compile_s']:.2f}",
-            )
-        )
-    rounds = data["settings"]["rounds"]
-    main = f"Compile: median of {rounds} rounds.\n\n" + _table(
-        ("program", "variant", "kernels", "fused instructions", "XLA compile"), rows
-    )
-    ablated = [
-        (program, name, str(a["kernels"]), str(a["fused_instructions"]))
-        for program, r in data["results"].items()
-        for name, a in r.get("ablations", {}).items()
-    ]
-    if not ablated:
-        return main
-    return (
-        f"{main}\n\nOur CG with each safeguard left out, then all of them:\n\n"
-        + _table(("program", "ours, CG", "kernels", "fused instructions"), ablated)
-    )
-
-
 TABLES = {
-    "cg_compile": _cg_compile,
-    "solver_kernels": _solver_kernels,
     "demo": _demo,
     "cg_choices": _cg_choices,
     "program": _program,

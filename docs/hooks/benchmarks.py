@@ -27,13 +27,14 @@ from pathlib import Path
 # loads the hook.
 from benchmark_tables import _table, TABLES as CALLS_AND_SOLVERS
 from benchmark_tables_auto import TABLES as AUTO
+from benchmark_tables_compile import TABLES as COMPILE
 from benchmark_tables_programs import TABLES as PROGRAMS
 from mkdocs.structure.files import File
 
 
 log = logging.getLogger("mkdocs.hooks.benchmarks")
 
-TABLES = {**CALLS_AND_SOLVERS, **PROGRAMS, **AUTO}
+TABLES = {**CALLS_AND_SOLVERS, **PROGRAMS, **COMPILE, **AUTO}
 TABLES["callsites-dependent"] = TABLES["callsites"]
 
 ROOT = Path(__file__).resolve().parents[2]
