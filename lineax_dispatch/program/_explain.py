@@ -9,7 +9,10 @@ import lineax as lx
 
 from .._jaxpr import out_leaves
 from ..policies._auto import Auto
+from ..policies._materialise import Materialise
 from ..policies._memory import format_bytes
+from ..policies._outline import Outline
+from ..policies._roll import Roll
 from ..policies.calls._recorder import SolverChoice
 from ..policies.calls._sites import site_text
 from ..policies.decision._cost import jaxpr_cost
@@ -325,25 +328,24 @@ def _rewrites(plan: Plan, program: Any) -> tuple[str, ...]:
     groups = find_groups(program)
     lines = []
     for key, action in plan.actions.items():
-        policy = type(action.policy).__name__
-        if policy == "Lazy":
+        done = _DONE.get(type(action.policy))
+        if done is None:  # `Lazy`: the calls stay as they are
             continue
         group = groups.get(key)
         sites = "" if group is None else f" at {group.call_sites} call sites"
         kind = kinds.get(key)
         what = f"`mv` of {kind}" if kind is not None else f"`{key[0]}`"
-        done = _DONE.get(policy, policy)
-        if group is not None and policy == "Roll":
-            plan = action.plan_in(program, group.sites)
-            done = _STACKED if isinstance(plan, StackPlan) else done
+        if group is not None and isinstance(action.policy, Roll):
+            made = action.plan_in(program, group.sites)
+            done = _STACKED if isinstance(made, StackPlan) else done
         lines.append(f"{what}{sites}: {done}")
     return tuple(lines)
 
 
 # What the rewrite does with a group's calls, per policy applied.
 _DONE = {
-    "Roll": "rolled into one loop body",
-    "Materialise": "one matrix built, a matrix product at each site",
-    "Outline": "one separately compiled `mv` called at each site",
+    Roll: "rolled into one loop body",
+    Materialise: "one matrix built, a matrix product at each site",
+    Outline: "one separately compiled `mv` called at each site",
 }
 _STACKED = "stacked into one batched call"
