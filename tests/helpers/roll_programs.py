@@ -224,6 +224,22 @@ _MODELS = {
 }
 
 
+@jax.jit
+def user_function(x):
+    """A `jax.jit` function of the user's with a substantial body (40 steps), which
+    `lxd.jit` rolls where it is called at several sites."""
+    for i in range(40):
+        x = jnp.sin(x) * (1.0 + 0.001 * i)
+    return x
+
+
+def nested_dependent(x):
+    """`user_function` at 6 dependent sites."""
+    for i in range(6):
+        x = user_function(x) + 0.1 * i
+    return x
+
+
 def _loop(op, x, sites):
     for i in range(sites):
         x = op.mv(x) * (1.0 + 0.01 * i)

@@ -12,20 +12,13 @@ import pytest
 import lineax_dispatch as lxd
 from lineax_dispatch import _compat
 
-from ..helpers.roll_programs import _close, _WEIGHTS, N
-
-
-@jax.jit
-def _user_function(x):
-    for i in range(40):
-        x = jnp.sin(x) * (1.0 + 0.001 * i)
-    return x
-
-
-def _nested_dependent(x):
-    for i in range(6):
-        x = _user_function(x) + 0.1 * i
-    return x
+from ..helpers.roll_programs import (
+    _close,
+    _WEIGHTS,
+    N,
+    nested_dependent as _nested_dependent,
+    user_function as _user_function,
+)
 
 
 def _nested_independent(x):
