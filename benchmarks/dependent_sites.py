@@ -3,8 +3,15 @@ compile and one run of a fresh program) and the run per `mv`, of k dependent `mv
 sites of a dense-layer chain (the weights as the operator's arrays, arguments of
 the program), for `lxd.jit` with `Auto` (raced where it races), `Roll` and `Lazy`,
 against plain lineax under `eqx.filter_jit` and the same program rolled by hand
-(a `lax.fori_loop`, also unrolled 2 and 4 times: what unrolling the loop trades
-between compile and run), in one process.
+(a `lax.fori_loop`, also unrolled 2, 4 and 8 times: what unrolling the loop
+trades between compile and run), in one process.
+
+For each program it also sums, from the optimised HLO of its first round, the
+bytes the compiler copies into on-chip memory ahead of their use (`copy-start`
+and `slice-start` into memory space `S(1)`: a TPU's; none on XLA:CPU), those in
+a loop's body (copied again at every trip) apart from the others (once per run).
+A program written out brings the operator's arrays in once for all its sites; a
+loop brings them in again at every trip.
 
 The programs are `benchmarks.program`'s dependent pattern: `x = op.mv(x); x = x *
 (c_i / |x|)` k times. Targets (the accelerator issue's): 16 sites compile in at
@@ -19,6 +26,8 @@ How to run
 Results: `<out>/dependent_sites.json` and `.png`.
 """
 
+import math
+import re
 import statistics
 import time
 
@@ -39,6 +48,7 @@ VARIANTS = {
     "by hand (lineax)": None,
     "by hand, unroll=2": None,
     "by hand, unroll=4": None,
+    "by hand, unroll=8": None,
     "lxd.jit + Auto": lxd.Auto,
     "lxd.jit + Roll": lxd.Roll,
     "lxd.jit + Lazy": lxd.Lazy,
@@ -46,8 +56,41 @@ VARIANTS = {
 RUNS = 20
 
 
-def measure(variant: str, layers, n: int, k: int) -> dict:
-    """One fresh program: its first call and the median of `RUNS` further calls."""
+_BYTES = dict(pred=1, s8=1, u8=1, bf16=2, f16=2, s16=2, u16=2, f32=4, s32=4, u32=4)
+_BYTES.update(f64=8, s64=8, u64=8, c64=8, c128=16)
+
+
+def copies_started(compiled) -> dict:
+    """The bytes a compiled program copies into on-chip memory (memory space
+    `S(1)`: a TPU's), from its optimised HLO (its `as_text()`; `equinox.filter_jit`'s
+    compiled program holds JAX's as `compiled`): by its `copy-start`s and
+    `slice-start`s in the bodies of `while` loops (started again at every trip)
+    and by the others (once per run)."""
+    compiled = getattr(compiled, "compiled", compiled)
+    text = compiled.as_text()
+    bodies = set(re.findall(r"body=(%[\w.\-]+)", text))
+    counts = {"in_loops": 0, "outside": 0}
+    computation = None
+    for line in text.splitlines():
+        header = re.match(r"^(?:ENTRY )?(%[\w.\-]+) .*\{$", line)
+        if header:
+            computation = header.group(1)
+            continue
+        copy = re.match(r"^\s*%\S+ = (.*) (?:copy|slice)-start\(", line)
+        if copy:
+            shapes = re.findall(r"(\w+)\[([\d,]*)\]\{[^}]*S\(1\)\}", copy.group(1))
+            size = sum(
+                _BYTES.get(d, 4) * math.prod(int(x) for x in dims.split(",") if x)
+                for d, dims in shapes
+            )
+            counts["in_loops" if computation in bodies else "outside"] += size
+    return counts
+
+
+def measure(variant: str, layers, n: int, k: int, count_copies: bool = False) -> dict:
+    """One fresh program: its first call and the median of `RUNS` further calls;
+    where `count_copies`, then the `copy-start`s of its optimised HLO (compiled
+    again, after the timings)."""
     weights, scales = layers
     policy = VARIANTS[variant]
     op = _operator(weights, scales, n, None if policy is None else policy())
@@ -64,6 +107,8 @@ def measure(variant: str, layers, n: int, k: int) -> dict:
     first = time.perf_counter() - start
     runs = harness.call_times(lambda: jax.block_until_ready(f(op, xs)), RUNS)
     record = dict(first_call_s=first, run_per_mv_s=statistics.median(runs) / k)
+    if count_copies:
+        record["copies_started"] = copies_started(f.lower(op, xs).compile())
     if policy is lxd.Auto:
         record["kept"] = [
             dict(strategy=d.strategy, reason=d.reasons[-1])
@@ -80,7 +125,7 @@ def run(n: int, depth: int, rounds: int) -> dict:
     for r in range(rounds):
         for k in KS:
             for variant in VARIANTS:
-                record = measure(variant, layers, n, k)
+                record = measure(variant, layers, n, k, count_copies=r == 0)
                 found.setdefault(variant, {}).setdefault(k, []).append(record)
                 print(r, variant, k, record, flush=True)
     results = {}
@@ -102,6 +147,13 @@ def run(n: int, depth: int, rounds: int) -> dict:
     return results
 
 
+def _copies(record: dict) -> str:
+    counts = record.get("copies_started")
+    if counts is None:
+        return "-"
+    return f"{counts['in_loops'] / 2**20:.0f} / {counts['outside'] / 2**20:.0f}"
+
+
 def report(results: dict) -> str:
     rows = [
         (
@@ -109,6 +161,7 @@ def report(results: dict) -> str:
             f"{r['first_call_ratio']:.2f}x",
             f"{min(m['run_per_mv_s'] for m in r['rounds'][KS[-1]]) * 1e6:.0f} us",
             f"{r['run_per_mv_over_inline']:.2f}x",
+            _copies(r["rounds"][KS[-1]][0]),
         )
         for variant, r in results.items()
     ]
@@ -117,6 +170,7 @@ def report(results: dict) -> str:
         f"first call k={KS[-1]} / k={KS[0]}",
         "run per mv",
         "vs lineax (inline)",
+        f"MiB copied on chip (k={KS[-1]}): per trip / once",
     )
     return harness.table(headers, rows)
 

@@ -295,6 +295,12 @@ def _parity(data: dict) -> str:
     )
 
 
+def _copies(counts: dict | None) -> str:
+    if counts is None:
+        return "-"
+    return f"{counts['in_loops'] / 2**20:.0f} / {counts['outside'] / 2**20:.0f}"
+
+
 def _dependent_sites(data: dict) -> str:
     k1, k = data["ks"][0], data["ks"][-1]
     rows = []
@@ -306,6 +312,7 @@ def _dependent_sites(data: dict) -> str:
                 f"{r['first_call_ratio']:.2f}x",
                 f"{min(m['run_per_mv_s'] for m in many) * 1e6:.0f} us",
                 f"{r['run_per_mv_over_inline']:.2f}x",
+                _copies(many[0].get("copies_started")),
             )
         )
     return (
@@ -316,6 +323,7 @@ def _dependent_sites(data: dict) -> str:
                 f"first call, k={k} / k={k1}",
                 f"run per mv at k={k}",
                 "over lineax's inline",
+                f"MiB copied on chip at k={k}: per trip / once",
             ),
             rows,
         )
