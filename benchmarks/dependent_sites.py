@@ -60,30 +60,60 @@ _BYTES = dict(pred=1, s8=1, u8=1, bf16=2, f16=2, s16=2, u16=2, f32=4, s32=4, u32
 _BYTES.update(f64=8, s64=8, u64=8, c64=8, c128=16)
 
 
+_CALLED = re.compile(r"(?:body|condition|calls|to_apply)=(%[\w.\-]+)")
+
+
+def _in_loops(called: dict[str, set[str]]) -> set[str]:
+    """The computations run at every trip of a `while` loop: its bodies and
+    conditions, and whatever they call."""
+    found = set(called.get("loops", ()))
+    pending = list(found)
+    while pending:
+        for callee in called.get(pending.pop(), ()):
+            if callee not in found:
+                found.add(callee)
+                pending.append(callee)
+    return found
+
+
 def copies_started(compiled) -> dict:
     """The bytes a compiled program copies into on-chip memory (memory space
     `S(1)`: a TPU's), from its optimised HLO (its `as_text()`; `equinox.filter_jit`'s
     compiled program holds JAX's as `compiled`): by its `copy-start`s and
-    `slice-start`s in the bodies of `while` loops (started again at every trip)
-    and by the others (once per run)."""
+    `slice-start`s run at every trip of a `while` loop (in its body or condition,
+    or a computation they call) and by the others (once per run)."""
     compiled = getattr(compiled, "compiled", compiled)
-    text = compiled.as_text()
-    bodies = set(re.findall(r"body=(%[\w.\-]+)", text))
-    counts = {"in_loops": 0, "outside": 0}
+    called: dict[str, set[str]] = {"loops": set()}
+    sizes: list[tuple[str | None, int]] = []
     computation = None
-    for line in text.splitlines():
+    for line in compiled.as_text().splitlines():
         header = re.match(r"^(?:ENTRY )?(%[\w.\-]+) .*\{$", line)
         if header:
             computation = header.group(1)
             continue
+        if " while(" in line:
+            called["loops"] |= set(re.findall(r"(?:body|condition)=(%[\w.\-]+)", line))
+        names = set(_CALLED.findall(line))
+        for branches in re.findall(r"branch_computations=\{([^}]*)\}", line):
+            names |= {b.strip() for b in branches.split(",")}
+        called.setdefault(computation, set()).update(names)
         copy = re.match(r"^\s*%\S+ = (.*) (?:copy|slice)-start\(", line)
         if copy:
             shapes = re.findall(r"(\w+)\[([\d,]*)\]\{[^}]*S\(1\)\}", copy.group(1))
-            size = sum(
-                _BYTES.get(d, 4) * math.prod(int(x) for x in dims.split(",") if x)
-                for d, dims in shapes
+            sizes.append(
+                (
+                    computation,
+                    sum(
+                        _BYTES.get(d, 4)
+                        * math.prod(int(x) for x in dims.split(",") if x)
+                        for d, dims in shapes
+                    ),
+                )
             )
-            counts["in_loops" if computation in bodies else "outside"] += size
+    loops = _in_loops(called)
+    counts = {"in_loops": 0, "outside": 0}
+    for computation, size in sizes:
+        counts["in_loops" if computation in loops else "outside"] += size
     return counts
 
 
