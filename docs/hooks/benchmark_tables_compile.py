@@ -1,6 +1,7 @@
-"""The tables of the Benchmarks pages for what a solve compiles to (see
-`benchmark_tables.py`): `cg_compile`'s ablation and `solver_kernels`' counts, as
-Markdown tables, in `TABLES` by the results file's name."""
+"""The tables of the Benchmarks pages for what a solve's first call costs beyond
+its run (see `benchmark_tables.py`): `cg_compile`'s ablation, `solver_kernels`'
+counts and `trace_gap`'s traces, as Markdown tables, in `TABLES` by the results
+file's name."""
 
 from benchmark_tables import _ms, _table
 
@@ -56,7 +57,20 @@ def _solver_kernels(data: dict) -> str:
     )
 
 
+def _trace_gap(data: dict) -> str:
+    rows = [
+        (phase, variant, _ms(e["wall_s"]), _ms(e["cpu_s"]), f"{e['over_lazy']:.2f}x")
+        for phase, row in data["phases"].items()
+        for variant, e in row.items()
+    ]
+    programs = ", ".join(data["programs"])
+    return f"Programs: {programs}; medians.\n\n" + _table(
+        ("phase", "variant", "trace", "main thread's CPU", "over `Lazy`"), rows
+    )
+
+
 TABLES = {
     "cg_compile": _cg_compile,
     "solver_kernels": _solver_kernels,
+    "trace_gap": _trace_gap,
 }
