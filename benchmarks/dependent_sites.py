@@ -56,18 +56,25 @@ VARIANTS = {
 RUNS = 20
 
 
-_BYTES = dict(pred=1, s8=1, u8=1, bf16=2, f16=2, s16=2, u16=2, f32=4, s32=4, u32=4)
-_BYTES.update(f64=8, s64=8, u64=8, c64=8, c128=16)
-
-
 _CALLED = re.compile(r"(?:body|condition|calls|to_apply)=(%[\w.\-]+)")
 
 
-def _in_loops(called: dict[str, set[str]]) -> set[str]:
+def _onchip_bytes(result_type: str) -> int:
+    """The bytes of the arrays of an HLO result type (`(f32[1024,1024]{1,0:T(8,128)
+    S(1)}, ...)`) that are in memory space `S(1)`: an element type's bits are the
+    number in its name (`f32`, `bf16`, `c64`, `f8e4m3fn`), `pred` one byte."""
+    total = 0
+    for element, dims in re.findall(r"(\w+)\[([\d,]*)\]\{[^}]*S\(1\)\}", result_type):
+        bits = 8 if element == "pred" else int(re.match(r"[a-z]+(\d+)", element)[1])
+        total += max(bits // 8, 1) * math.prod(int(d) for d in dims.split(",") if d)
+    return total
+
+
+def _run_per_trip(loops: set[str], called: dict[str, set[str]]) -> set[str]:
     """The computations run at every trip of a `while` loop: its bodies and
-    conditions, and whatever they call."""
-    found = set(called.get("loops", ()))
-    pending = list(found)
+    conditions (`loops`), and whatever they call (`called`: each computation's
+    callees)."""
+    found, pending = set(loops), list(loops)
     while pending:
         for callee in called.get(pending.pop(), ()):
             if callee not in found:
@@ -83,7 +90,8 @@ def copies_started(compiled) -> dict:
     `slice-start`s run at every trip of a `while` loop (in its body or condition,
     or a computation they call) and by the others (once per run)."""
     compiled = getattr(compiled, "compiled", compiled)
-    called: dict[str, set[str]] = {"loops": set()}
+    loops: set[str] = set()
+    called: dict[str, set[str]] = {}
     sizes: list[tuple[str | None, int]] = []
     computation = None
     for line in compiled.as_text().splitlines():
@@ -92,28 +100,18 @@ def copies_started(compiled) -> dict:
             computation = header.group(1)
             continue
         if " while(" in line:
-            called["loops"] |= set(re.findall(r"(?:body|condition)=(%[\w.\-]+)", line))
+            loops |= set(re.findall(r"(?:body|condition)=(%[\w.\-]+)", line))
         names = set(_CALLED.findall(line))
         for branches in re.findall(r"branch_computations=\{([^}]*)\}", line):
             names |= {b.strip() for b in branches.split(",")}
         called.setdefault(computation, set()).update(names)
         copy = re.match(r"^\s*%\S+ = (.*) (?:copy|slice)-start\(", line)
         if copy:
-            shapes = re.findall(r"(\w+)\[([\d,]*)\]\{[^}]*S\(1\)\}", copy.group(1))
-            sizes.append(
-                (
-                    computation,
-                    sum(
-                        _BYTES.get(d, 4)
-                        * math.prod(int(x) for x in dims.split(",") if x)
-                        for d, dims in shapes
-                    ),
-                )
-            )
-    loops = _in_loops(called)
+            sizes.append((computation, _onchip_bytes(copy.group(1))))
+    per_trip = _run_per_trip(loops, called)
     counts = {"in_loops": 0, "outside": 0}
     for computation, size in sizes:
-        counts["in_loops" if computation in loops else "outside"] += size
+        counts["in_loops" if computation in per_trip else "outside"] += size
     return counts
 
 
