@@ -40,6 +40,8 @@ BENCHMARKS = {
     "fixed_cost": ["--quick"],
     "eager": ["--quick"],
     "families": ["--quick", "--half", "held_out"],
+    "dependent_sites": ["--quick"],
+    "trace_gap": ["--quick"],
 }
 # Added under `--quick` (meant for a CPU, where `families` alone took 4 minutes).
 QUICK_FLAGS = {"families": ["--families", "stencil"]}
