@@ -32,6 +32,11 @@ Auto's first call is slower than plain lineax's by more than 5% where lineax's
 answer is one (`auto_over_lineax`). `--merge` scores its files' cases again by
 these rules.
 
+Our variants solve with our solvers (`lxd.CG`, `lxd.GMRES`: one `mv` site), whose
+compile differs from lineax's; `--solvers lineax` gives them lineax's solvers, so
+that the scores measure the policies alone against plain lineax, as a user who
+keeps lineax's solver and swaps in our operators meets them.
+
 How to run
 ----------
 
@@ -40,6 +45,7 @@ How to run
     python -m benchmarks.families --half held_out # one half only
     python -m benchmarks.families --merge a/families.json b/families.json --out c
     python -m benchmarks.families --half held_out --unraced  # also Auto(race=False)
+    python -m benchmarks.families --half held_out --solvers lineax  # policies alone
 
 Results: `benchmarks/results/families.json` and `.png`.
 """
@@ -116,11 +122,14 @@ def _recording(found: list):
     return decide
 
 
-def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
-    """Times one (case, variant) with a fresh operator: trace (for `lxd.jit`, its
-    trace, analysis and rewrite), lower, compile, first call, run."""
+def measure(
+    variant: str, case: fc.Case, arrays: tuple, lineax_solvers: bool = False
+) -> tuple[dict, object]:
+    """Times one (case, variant) with a fresh operator (solved with lineax's
+    solvers where `lineax_solvers`): trace (for `lxd.jit`, its trace, analysis and
+    rewrite), lower, compile, first call, run."""
     policy = None if variant == BASELINE else POLICIES[variant]()
-    op, solver = fc.make_operator(case.family, arrays, case.n, policy)
+    op, solver = fc.make_operator(case.family, arrays, case.n, policy, lineax_solvers)
     f, params, _ = harness.split_program(op, fc.body(case, solver))
     x = jax.random.normal(jax.random.key(harness.SEED + 5), (case.n,), jnp.float32)
     args = (params, x)
@@ -172,15 +181,21 @@ def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple[dict, object]:
     return timings, out
 
 
-def run_case(case: fc.Case, repeats: int, variants: tuple = VARIANTS) -> dict:
+def run_case(
+    case: fc.Case,
+    repeats: int,
+    variants: tuple = VARIANTS,
+    lineax_solvers: bool = False,
+) -> dict:
     """Each of `variants` on `case`, `repeats` rounds interleaved (every other
     round in reverse order); per variant the round with the median total is kept,
-    with the median run time."""
+    with the median run time. Ours solve with lineax's solvers where
+    `lineax_solvers`."""
     arrays = fc.family_arrays(case.family, case.n)
     trials: dict = {v: [] for v in variants}
     for round_ in range(repeats):
         for variant in variants[:: -1 if round_ % 2 else 1]:
-            trials[variant].append(measure(variant, case, arrays))
+            trials[variant].append(measure(variant, case, arrays, lineax_solvers))
     results, outputs = {}, {}
     for variant, got in trials.items():
         t, outputs[variant] = harness.median_trial(got, "total_s", ["total_s"])
@@ -233,6 +248,13 @@ def parse_args(argv: Sequence[str] | None = None):
         help="also measure Auto(race=False) at both scores",
     )
     parser.add_argument(
+        "--solvers",
+        choices=("ours", "lineax"),
+        default="ours",
+        help="the solvers of our variants: ours (default), or lineax's (the "
+        "policies alone against plain lineax)",
+    )
+    parser.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -277,14 +299,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     env = harness.environment(load_average=True)
     conf = dict(max_n=args.max_n, repeats=args.repeats, half=args.half)
     conf["unraced"] = args.unraced
+    conf["solvers"] = args.solvers
+    lineax_solvers = args.solvers == "lineax"
     harness.print_setup(env, conf)
     variants = VARIANTS + (tuple(UNRACED.values()) if args.unraced else ())
     warm = fc.Case("stencil", 16, 1, 1)
     for variant in variants:  # JAX's own first-use costs, discarded
-        measure(variant, warm, fc.family_arrays("stencil", 16))
+        measure(variant, warm, fc.family_arrays("stencil", 16), lineax_solvers)
     rows = []
     for case in selected(args):
-        row = run_case(case, args.repeats, variants)
+        row = run_case(case, args.repeats, variants, lineax_solvers)
         rows.append(row)
         s1, s100 = (row["scores"][str(r)] for r in SCORES)
         print(

@@ -149,11 +149,15 @@ def _network(x, args):
     return x + w2 @ jnp.tanh(w1 @ x)
 
 
-def make_operator(family: str, arrays: tuple, n: int, variant_policy):
+def make_operator(
+    family: str, arrays: tuple, n: int, variant_policy, lineax_solvers: bool = False
+):
     """The family's operator over `arrays`, a fresh function object (no trace is
-    reused), plain lineax for `variant_policy` None, else ours under that policy.
-    Returns `(operator, solver)`."""
+    reused), plain lineax for `variant_policy` None, else ours under that policy;
+    with the solver of its module (ours for ours), or lineax's where
+    `lineax_solvers`. Returns `(operator, solver)`."""
     module = lx if variant_policy is None else lxd
+    solvers = lx if lineax_solvers else module
     policy = {} if variant_policy is None else dict(policy=variant_policy)
     structure = jax.ShapeDtypeStruct((n,), jnp.float32)
     spd = lx.positive_semidefinite_tag
@@ -163,7 +167,7 @@ def make_operator(family: str, arrays: tuple, n: int, variant_policy):
         op = module.JacobianLinearOperator(
             fn, x0, (w1, w2), closure_convert=False, **policy
         )
-        solver = module.GMRES(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
+        solver = solvers.GMRES(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
         return op, solver
     fns: dict[str, Callable] = dict(
         stencil=_stencil, adjoint=_adjoint, gauss_newton=_gauss_newton
@@ -173,7 +177,7 @@ def make_operator(family: str, arrays: tuple, n: int, variant_policy):
     op = module.FunctionLinearOperator(
         fn, structure, spd, closure_convert=False, **policy
     )
-    solver = module.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
+    solver = solvers.CG(rtol=RTOL, atol=ATOL, max_steps=MAX_STEPS)
     return op, solver
 
 

@@ -107,9 +107,9 @@ def in_families(programs: list, found: dict) -> None:
             found["families"][current[-1]].append(timing)
         return out
 
-    def measure(variant: str, case: fc.Case, arrays: tuple) -> tuple:
+    def measure(variant: str, case: fc.Case, arrays: tuple, *rest) -> tuple:
         current.append(variant)
-        return real_measure(variant, case, arrays)
+        return real_measure(variant, case, arrays, *rest)
 
     real_measure = families.measure
     with mock.patch.object(harness, "compile_stages", stages):
