@@ -26,7 +26,8 @@ time of the rounds (each round compiles every variant once, in turn, a fresh
 program each); the ratios ours over lineax's. For the CG programs, the counts of
 ours with each of its safeguards left out in turn (the true-residual check, the
 stall rule, the periodic refresh, the scaling of the right-hand side), then all
-of them, as `benchmarks.cg_compile` times them: what each compiles to.
+of them, as `benchmarks.cg_compile` times them: what each compiles to, and its
+compile over lineax's (the median of each round's ratio).
 
 How to run
 ----------
@@ -62,7 +63,7 @@ NO_CODE = ("parameter", "constant", "bitcast")
 KERNEL_OPS = ("fusion", "dot", "custom-call", "reduce", "sort", "scatter")
 
 
-# Our CG's safeguards, each left out in turn, then all of them (counts only): the
+# Our CG's safeguards, each left out in turn, then all of them: the
 # settings of `lxd.CG`, and whether the right-hand side's scaling is patched out
 # (as `benchmarks.cg_compile` does; there is no setting for it).
 ABLATIONS: dict[str, tuple[dict, bool]] = {
@@ -165,14 +166,27 @@ def _compile(
     return time.perf_counter() - start, compiled.as_text()
 
 
-def ablations(program: str) -> dict:
-    """Per variant of `ABLATIONS`, the kernels and fused instructions of ours."""
+def ablations(program: str, rounds: int) -> dict:
+    """Per variant of `ABLATIONS`, the kernels and fused instructions of ours,
+    and its compile over lineax's: the median over `rounds` of each round's
+    ratio (a round compiles lineax's program, then each variant's, fresh
+    programs)."""
+    ratios: dict[str, list[float]] = {name: [] for name in ABLATIONS}
+    for _ in range(rounds):
+        base = _compile(program, "lineax")[0]
+        for name, (settings, unscaled) in ABLATIONS.items():
+            seconds = _compile(program, "ours", settings, unscaled)[0]
+            ratios[name].append(seconds / base)
     out = {}
     for name, (settings, unscaled) in ABLATIONS.items():
         kernels, instructions = count_kernels(
             _compile(program, "ours", settings, unscaled)[1]
         )
-        out[name] = dict(kernels=kernels, fused_instructions=instructions)
+        out[name] = dict(
+            kernels=kernels,
+            fused_instructions=instructions,
+            compile_over_lineax=statistics.median(ratios[name]),
+        )
     return out
 
 
@@ -201,7 +215,7 @@ def measure(rounds: int) -> dict:
         }
         out[program] = dict(results=rows, ours_over_lineax=ratios)
         if program in CG_PROGRAMS:
-            out[program]["ablations"] = ablations(program)
+            out[program]["ablations"] = ablations(program, rounds)
     return out
 
 
@@ -263,9 +277,15 @@ def main(argv=None) -> None:
     )
     print(
         harness.table(
-            ["program", "ours, CG", "kernels", "fused instructions"],
+            ["program", "ours, CG", "kernels", "fused instructions", "over lineax"],
             [
-                [program, name, a["kernels"], a["fused_instructions"]]
+                [
+                    program,
+                    name,
+                    a["kernels"],
+                    a["fused_instructions"],
+                    f"{a['compile_over_lineax']:.2f}",
+                ]
                 for program, r in results.items()
                 for name, a in r.get("ablations", {}).items()
             ],
