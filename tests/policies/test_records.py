@@ -1,6 +1,8 @@
 """The records lineax-dispatch hands back are typed: cost analyses, estimates,
 solver choices; and budgets are parsed once and compared by value."""
 
+import contextvars
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -181,3 +183,32 @@ def test_a_decision_with_a_reason_added_keeps_its_estimates():
     other = decision.with_reason("another", lxd.Outline(), memory_needed=0)
     assert other.strategy == "Outline" and other.memory_needed == 0
     assert other.estimates == decision.estimates
+
+
+def test_mv_cost_cache_keeps_the_kinds_last_met(monkeypatch):
+    # Fresh operator functions are new kinds each time: the context's cache keeps
+    # the `COSTS_KEPT` last met, not every one ever seen.
+    from lineax_dispatch.policies.decision import _cost
+
+    monkeypatch.setattr(_cost, "COSTS_KEPT", 3)
+
+    def fresh(scale: float):
+        structure = jax.ShapeDtypeStruct((8,), jnp.float32)
+        return lxd.FunctionLinearOperator(lambda x: scale * x, structure)
+
+    def run():
+        ops = [fresh(float(i + 1)) for i in range(5)]
+        keys = [_cost.operator_key(op) for op in ops]
+        for op in ops[:3]:
+            mv_cost(op)
+        mv_cost(ops[0])  # met again: now the most recently used
+        for op in ops[3:]:
+            mv_cost(op)
+        cache = _cost.cost_cache()
+        assert len(cache) == 3
+        assert keys[0] in cache and keys[3] in cache and keys[4] in cache
+        assert keys[1] not in cache and keys[2] not in cache
+        assert mv_cost(ops[1]) == mv_cost(ops[1])  # measured again, kept again
+        assert len(cache) == 3
+
+    contextvars.copy_context().run(run)

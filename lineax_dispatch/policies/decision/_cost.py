@@ -1,5 +1,6 @@
 """The cost of one `mv`: `MvCost`, from XLA's cost analysis or from the jaxpr."""
 
+import collections
 import contextvars
 import dataclasses
 import math
@@ -334,6 +335,7 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     key = operator_key(operator) if key is None else key
     cache = cost_cache()
     if key in cache:
+        cache.move_to_end(key)
         return cache[key]
     # Traced through the marked call that applies it inline: a later call in the
     # same trace reuses this trace of the user's function. One trace gives the
@@ -351,7 +353,7 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
         closed = traced.jaxpr
     except Exception:  # an operator whose mv cannot be traced alone
         cost = _estimate(operator)
-        cache[key] = cost
+        _keep(cache, key, cost)
         return cost
     live = live_equations(closed.jaxpr)
     cost = jaxpr_cost(closed.replace(jaxpr=live))
@@ -370,24 +372,36 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
                 bytes=float(analysis.get("bytes accessed", cost.bytes)),
                 source="cost_analysis",
             )
-    cache[key] = cost
+    _keep(cache, key, cost)
     return cost
 
 
-# Per-context cache of cost analyses: operator key -> cost dict. A context
-# variable: `Auto.mv` is called by lineax with no argument to carry a cache.
-_COSTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+# Operator kinds whose cost each context keeps (the least recently used beyond
+# it are dropped, and measured again if met again): a program of fresh operator
+# functions, made again and again, is a new kind each time.
+COSTS_KEPT = 256
+
+
+# Per-context cache of cost analyses: operator key -> cost, least recently used
+# first. A context variable: `Auto.mv` is called by lineax with no argument to
+# carry a cache.
+_COSTS: contextvars.ContextVar[collections.OrderedDict | None] = contextvars.ContextVar(
     "lineax_dispatch_costs", default=None
 )
 
 
-def _context_dict(var: contextvars.ContextVar[dict | None]) -> dict:
-    value = var.get()
+def cost_cache() -> collections.OrderedDict:
+    """This context's cache of `mv_cost`s, by operator key."""
+    value = _COSTS.get()
     if value is None:
-        value = {}
-        var.set(value)
+        value = collections.OrderedDict()
+        _COSTS.set(value)
     return value
 
 
-def cost_cache() -> dict:
-    return _context_dict(_COSTS)
+def _keep(cache: collections.OrderedDict, key: Any, cost: MvCost) -> None:
+    """`cost` stored under `key`, the least recently used beyond `COSTS_KEPT`
+    dropped."""
+    cache[key] = cost
+    while len(cache) > COSTS_KEPT:
+        cache.popitem(last=False)
