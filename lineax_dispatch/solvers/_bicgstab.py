@@ -142,7 +142,7 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
     def _init_loop(self, system: System, y0: Array, one: Array) -> _Loop:
         """The loop's state before its first pass, a residual pass at `y0`."""
         zeros = jnp.zeros_like(y0)
-        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        b_scale, finite = system.scale_of_rhs(self.b_scale(system), y0)
         return _Loop(
             y=y0,
             r=zeros,
@@ -187,7 +187,7 @@ class BiCGStab(AbstractOneSiteSolver[_BiCGStabState]):
         is_s = phase == _S_HALF
         # Only the first residual pass (before any step) reads `b`'s scale.
         b_scale, finite = system.from_first_residual(
-            is_res & (s.step == 0), h.out, self.b_scale, (s.b_scale, s.finite)
+            is_res & (s.step == 0), h.out, self.b_scale(system), (s.b_scale, s.finite)
         )
         new = _Loop(
             y=jnp.where(is_s, s.y + h.diff, s.y),

@@ -153,7 +153,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
     def _init_loop(self, system: System, y0: Array, c: _Constants) -> _Loop:
         """The loop's state before its first pass, a residual pass at `y0`."""
         real = jnp.finfo(c.dtype).dtype
-        b_scale, finite = system.scale_of_rhs(self.b_scale, y0)
+        b_scale, finite = system.scale_of_rhs(self.b_scale(system), y0)
         return _Loop(
             y=y0,
             r=jnp.zeros_like(y0),
@@ -213,7 +213,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         initial_breakdown = size2 < c.eps
         safe = jnp.where(initial_breakdown, jnp.inf, size2).astype(c.dtype)
         b_scale, finite = system.from_first_residual(
-            s.step == 0, w, self.b_scale, (s.b_scale, s.finite)
+            s.step == 0, w, self.b_scale(system), (s.b_scale, s.finite)
         )
         s = s._replace(
             r=w,

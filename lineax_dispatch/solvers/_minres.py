@@ -182,7 +182,7 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             rcond=2 * eps * max(size, 1),
             zero=jnp.zeros((), real),
             zeros=jnp.zeros_like(y0),
-            tolerance=ft.partial(self._tolerance, real),
+            tolerance=ft.partial(self._residual_tolerance, real, system.unit),
         )
         s = lax.while_loop(
             ft.partial(_continues, c),
@@ -205,11 +205,15 @@ class MINRES(AbstractOneSiteSolver[_MINRESState]):
             finite_state=finite_state,
         )
 
-    def _tolerance(self, real: Any, b: Array) -> Real[Array, ""]:
-        """The stopping test's tolerance `atol + rtol * ||b||_2`, in the dtype
-        `real`."""
+    def _residual_tolerance(
+        self, real: Any, unit: Array | None, b: Array
+    ) -> Real[Array, ""]:
+        """The stopping test's tolerance `atol + rtol * ||b||_2` for a right-hand
+        side `b` in the units of a system whose right-hand side is the user's
+        divided by `unit` (`atol / unit` there), in the dtype `real`."""
+        atol = self.atol if unit is None else jnp.asarray(self.atol, real) / unit
         with jax.numpy_dtype_promotion("standard"):
-            return jnp.asarray(self.atol + self.rtol * two_norm(b), real)
+            return jnp.asarray(atol + self.rtol * two_norm(b), real)
 
 
 def _init_loop(system: System, y0: Array, c: _Constants) -> _Loop:

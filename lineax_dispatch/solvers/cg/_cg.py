@@ -14,6 +14,7 @@ from lineax.internal import max_norm
 
 from ..._validate import check_square
 from ..skeleton._flat_vectors import (
+    any_nonzero,
     both,
     computed_once,
     conj_options,
@@ -230,7 +231,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         """The loop's state before its first pass, a residual pass at `y0`."""
         dtype = system.flat.dtype
         zero = jnp.zeros((), dtype)
-        b_scale, _ = system.scale_of_rhs(self.b_scale, y0)
+        b_scale, _ = system.scale_of_rhs(self.b_scale(system), y0)
         return Loop(
             y=y0,
             r=jnp.zeros_like(y0),
@@ -261,7 +262,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # positive `gamma`, or refreshes the residual keeping such a one.
         first = lax.eq(s.gamma, constant(0, s.gamma))
         b_scale, _ = system.from_first_residual(
-            first, out, self.b_scale, (s.b_scale, jnp.array(True))
+            first, out, self.b_scale(system), (s.b_scale, jnp.array(True))
         )
         z = precond(new.r)
         new = new._replace(b_scale=b_scale)
@@ -346,7 +347,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         # short of the test solved the system exactly where the residual is 0
         # (`b = 0`); elsewhere `gamma` vanished (it underflowed, or the
         # preconditioner annihilates the residual), which is no solution.
-        vanished = (s.mode == STEP) & (real_part(s.gamma) <= 0) & jnp.any(s.r != 0)
+        vanished = (s.mode == STEP) & (real_part(s.gamma) <= 0) & any_nonzero(s.r)
         return self.loop_end(
             system,
             s,

@@ -218,7 +218,7 @@ def inline_solve(
     The loop's final state.
     """
     assert system.rhs is not None
-    b_scale, _ = system.scale_of_rhs(solver.b_scale, y0)
+    b_scale, _ = system.scale_of_rhs(solver.b_scale(system), y0)
     r0 = system.apply(y0, jnp.array(True))
     constants = _Inline(solver, system, precond, rcond, b_scale)
     diff0 = jnp.full_like(y0, jnp.inf)

@@ -312,6 +312,32 @@ def _branch_select_batched(
     return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
+def largest_and_smallest(x: Float[Array, " n"]) -> tuple[Array, Array]:
+    """`(max x, min x)` of a real vector, in one reduction of `x` itself (a
+    variadic `lax.reduce`): XLA:CPU compiles an elementwise function of `x`
+    ahead of a reduction (`|x|`, `x != 0`) as a kernel of its own, and the
+    reduction as one or two more. NaN where `x` holds one (`lax.max` and
+    `lax.min` propagate it); `(-inf, inf)` for an empty `x`."""
+    inf = constant(np.inf, x)
+    return lax.reduce((x, x), (lax.neg(inf), inf), _max_and_min, (0,))
+
+
+def _max_and_min(a: tuple, b: tuple) -> tuple:
+    """The reduction of `largest_and_smallest`. (One function for every call:
+    JAX caches a reduction's computation by the function.)"""
+    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
+
+
+def any_nonzero(x: Shaped[Array, " n"]) -> Array:
+    """Whether any entry of the vector `x` is not zero (or is NaN); for a real `x`
+    from one reduction (`largest_and_smallest`)."""
+    if jnp.iscomplexobj(x) or x.size == 0:
+        return jnp.any(x != 0)
+    top, bottom = largest_and_smallest(x)
+    zero = constant(0, top)
+    return either(lax.ne(top, zero), lax.ne(bottom, zero))
+
+
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
     scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact

@@ -15,16 +15,15 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import lineax as lx
-import numpy as np
 from jaxtyping import Array, Bool, PyTree
 
 from ._flat_vectors import (
     all_finite,
     binary_scale,
     binary_scale_of_largest,
-    constant,
     flat_mv,
     Flattener,
+    largest_and_smallest,
     result_dtype,
     select,
 )
@@ -183,18 +182,9 @@ def rhs_unit(b: Array) -> Array:
     """
     if b.size == 0 or jnp.iscomplexobj(b):
         return binary_scale(b)
-    # `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself:
-    # XLA:CPU compiles `|b|` as a kernel of its own ahead of a reduction, and
-    # a reduction as one or two more.
-    inf = constant(np.inf, b)
-    top, bottom = lax.reduce((b, b), (lax.neg(inf), inf), _max_and_min, (0,))
+    # `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself.
+    top, bottom = largest_and_smallest(b)
     return binary_scale_of_largest(lax.max(top, lax.neg(bottom)))
-
-
-def _max_and_min(a: tuple, b: tuple) -> tuple:
-    """The reduction of `rhs_unit`. (One function for every solve: JAX caches a
-    reduction's computation by the function.)"""
-    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
 
 
 def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:

@@ -200,8 +200,8 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         than calling `solve_system` directly.
 
         Where the system's right-hand side was divided by a power of two
-        (`system.unit`), the loop runs with `atol / unit` and the solution it
-        returns is multiplied back.
+        (`system.unit`), the loop's tolerances are in those units (see
+        `_tolerance`) and the solution it returns is multiplied back.
 
         **Arguments:** as for `solve_system`.
 
@@ -210,9 +210,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         What `solve_system` returns.
         """
         with own_code():
-            y, result, stats = self.in_units(system.unit).solve_system(
-                system, precond, y0
-            )
+            y, result, stats = self.solve_system(system, precond, y0)
         if system.unit is not None:
             y = y * system.unit.astype(y.dtype)
         return y, result, stats
@@ -269,14 +267,32 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         return (self.residual_norm(system, state) > 1) | (update > 1)
 
     def _y_scale(self, system: System, state: Residuals) -> Array:
-        """`atol + rtol * |y|`, elementwise: the scale of the update's test."""
-        return self._tolerance(system.total(state.y))
+        """`atol + rtol * |y|`, elementwise, in the system's units: the scale of
+        the update's test."""
+        return self._tolerance(system.total(state.y), system.unit)
 
-    def _tolerance(self, x: Array) -> Array:
-        """`atol + rtol * |x|`, elementwise. With Python numbers for tolerances (as
-        given almost always), in `lax` functions at `|x|`'s dtype (see
-        `constant`); else (NumPy or traced tolerances) as `jax.numpy` promotes."""
+    def _tolerance(self, x: Array, unit: Array | None = None) -> Array:
+        """`atol + rtol * |x|`, elementwise, for `x` in the units of a system whose
+        right-hand side is the user's divided by the power of two `unit` (see
+        `System.unit`): there `atol / unit + rtol * |x|`, computed as
+        `(atol + rtol * |x unit|) / unit`. The same values (scaling by a power of
+        two is exact, away from overflow and subnormals), with no scalar
+        `atol / unit` apart: a loop reads such a scalar as an array XLA computes
+        before it (it moves a computation that does not change in the loop out
+        of it), a kernel of its own, where `unit` is in the loop's state anyway.
+
+        With Python numbers for tolerances (as given almost always), in `lax`
+        functions at `|x|`'s dtype (see `constant`); else (NumPy or traced
+        tolerances) as `jax.numpy` promotes."""
         magnitude = lax.abs(x)
+        if unit is None or as_real(self.atol) == 0:
+            return self._tolerance_of(magnitude)
+        u = unit.astype(magnitude.dtype)
+        tolerance = self._tolerance_of(lax.mul(magnitude, u))
+        return lax.div(tolerance, u.astype(tolerance.dtype))
+
+    def _tolerance_of(self, magnitude: Array) -> Array:
+        """`atol + rtol * magnitude`, elementwise (see `_tolerance`)."""
         if type(self.atol) in (float, int) and type(self.rtol) in (float, int):
             rtol = lax.mul(constant(self.rtol, magnitude), magnitude)
             return lax.add(constant(self.atol, magnitude), rtol)
@@ -347,9 +363,11 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         with jax.numpy_dtype_promotion("standard"):
             return self.norm(system.flat.unravel(state.r / state.b_scale))
 
-    def b_scale(self, b: Array) -> Array:
-        """`atol + rtol * |b|`, elementwise: the scale of lineax's residual test."""
-        return self._tolerance(b)
+    def b_scale(self, system: System) -> Callable[[Array], Array]:
+        """`c -> atol + rtol * |c|`, elementwise, for a right-hand side `c` of
+        `system` (in its units: see `_tolerance`): the scale of lineax's residual
+        test."""
+        return lambda c: self._tolerance(c, system.unit)
 
     def steps_result(self, hit: Bool[Array, ""]) -> lx.RESULTS:
         """The result of a loop that ran out of steps short of convergence where
