@@ -119,6 +119,11 @@ PROGRAMS: dict[str, Callable[[str, dict], tuple[Callable, tuple]]] = {
 CG_PROGRAMS = ("stencil CG", "diffusion CG", "Gauss-Newton CG")
 
 
+# An HLO instruction's operation, after its result's type: one shape, or a tuple of
+# shapes (a variadic reduction's fusion).
+INSTRUCTION = re.compile(r"= (?:\([^)]*\)|\S+) ([a-z][\w\-]*)\(")
+
+
 def count_kernels(hlo: str) -> tuple[int, int]:
     """`(kernels, fused instructions)` of an optimised HLO module's text: the
     kernel-making instructions of its computations that are not themselves fused
@@ -134,13 +139,13 @@ def count_kernels(hlo: str) -> tuple[int, int]:
         if name in called:
             continue
         for line in body.split("\n")[1:]:
-            op = re.search(r"= \S+ ([a-z][\w\-]*)\(", line)
+            op = INSTRUCTION.search(line)
             if op is None or op.group(1) not in KERNEL_OPS:
                 continue
             kernels += 1
             callee = re.search(r"calls=%?([\w.\-]+)", line)
             if callee is not None and callee.group(1) in bodies:
-                ops = re.findall(r"= \S+ ([a-z][\w\-]*)\(", bodies[callee.group(1)])
+                ops = INSTRUCTION.findall(bodies[callee.group(1)])
                 instructions += sum(o not in NO_CODE for o in ops)
     return kernels, instructions
 
