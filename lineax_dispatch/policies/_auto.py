@@ -192,7 +192,6 @@ class Auto(AbstractPolicy):
         batch: int = 1,
         solves: int = 0,
         rollable: bool = False,
-        key: Any = None,
         cost: MvCost | None = None,
         out_structure: Any = None,
         solve_tolerance: float | None = None,
@@ -208,7 +207,6 @@ class Auto(AbstractPolicy):
         - `batch`: vectors per application.
         - `solves`: how many of the call sites are solves.
         - `rollable`: whether the call sites can be rolled into one loop body.
-        - `key`: the operator's kind key, for the cache of cost analyses.
         - `cost`, `out_structure`: the cost of one `mv` and the output structure,
             if already known (see [`lineax_dispatch.observe`][]).
         - `solve_tolerance`: where the call sites are a solve, its tolerance (see
@@ -229,7 +227,6 @@ class Auto(AbstractPolicy):
             solves=solves,
             runs=self.runs,
             rollable=rollable,
-            key=key,
             cost=cost,
             out_structure=out_structure,
             solve_tolerance=solve_tolerance,

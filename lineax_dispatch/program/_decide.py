@@ -384,7 +384,6 @@ def shared_solve_hints(jaxpr: Any, active: Session) -> dict[tuple, int]:
             record.operator,
             executions=record.executions * k,
             solves=1,
-            key=record.key,
             solve_tolerance=record.tolerance,
         )
         if isinstance(shared.policy, Materialise):

@@ -170,17 +170,15 @@ def _row(
     sites,
     cost=None,
     out_structure=None,
-    key=None,
 ) -> ExplainRow:
     policy = operator.policy
     # A solve's operator is kept with shapes for arrays: its cost is the one its
-    # decision read, cached under its kind's key.
+    # decision read, cached under its `mv`'s kind.
     observation = observe(
         operator,
         memory_budget=policy.budget(),
         call_sites=call_sites,
         executions=executions,
-        key=key,
         cost=cost,
         out_structure=out_structure,
     )
@@ -300,7 +298,6 @@ def _explain_program(fun: Callable, args: tuple, kwargs: dict) -> ExplainReport:
                 len(sites),
                 solve.executions * len(sites),
                 [site_text(site) for site in sites],
-                key=solve.key,
             )
         )
     policies = [a.record.operator.policy for a in autos]

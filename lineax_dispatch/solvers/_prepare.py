@@ -120,7 +120,6 @@ def resolve_for_solve(
         call_sites=1,
         executions=executions * shared,
         solves=1,
-        key=key,
         solve_tolerance=tolerance,
     )
     if shared > 1:

@@ -10,6 +10,7 @@ import pytest
 
 import lineax_dispatch as lxd
 from lineax_dispatch.policies import Estimate, mv_cost, MvCost
+from lineax_dispatch.policies._policy_interface import with_top_policy
 
 
 def _op(policy=None):
@@ -198,7 +199,7 @@ def test_mv_cost_cache_keeps_the_kinds_last_met(monkeypatch):
 
     def run():
         ops = [fresh(float(i + 1)) for i in range(5)]
-        keys = [_cost.operator_key(op) for op in ops]
+        keys = [_cost.cost_key(op) for op in ops]
         for op in ops[:3]:
             mv_cost(op)
         mv_cost(ops[0])  # met again: now the most recently used
@@ -210,5 +211,33 @@ def test_mv_cost_cache_keeps_the_kinds_last_met(monkeypatch):
         assert keys[1] not in cache and keys[2] not in cache
         assert mv_cost(ops[1]) == mv_cost(ops[1])  # measured again, kept again
         assert len(cache) == 3
+
+    contextvars.copy_context().run(run)
+
+
+def test_an_auto_operator_and_its_decided_policy_share_one_cost(monkeypatch):
+    # CG's layout choice reads the cost of the operator its loop applies (the
+    # `Auto` operator with its decided policy) after `Auto`'s decision read the
+    # `Auto` operator's: the `mv` is traced for its cost once.
+    from lineax_dispatch.policies.decision import _cost
+
+    traced = []
+    real = _cost.jaxpr_cost
+    monkeypatch.setattr(_cost, "jaxpr_cost", lambda c: traced.append(c) or real(c))
+
+    def run():
+        # (One operator with its policy replaced: two operators made from one
+        # function apart are two kinds, their closure-converted functions apart.)
+        auto = _op(lxd.Auto())
+        lazy = with_top_policy(auto, lxd.Lazy())
+        outline = with_top_policy(auto, lxd.Outline())
+        assert _cost.cost_key(auto) == _cost.cost_key(lazy) == _cost.cost_key(outline)
+        assert mv_cost(auto) == mv_cost(lazy) == mv_cost(outline)
+        assert len(traced) == 1
+        structure = jax.ShapeDtypeStruct((16,), jnp.float32)
+        other = lxd.FunctionLinearOperator(jnp.cumsum, structure, policy=lxd.Auto())
+        assert _cost.cost_key(other) != _cost.cost_key(auto)
+        mv_cost(other)
+        assert len(traced) == 2
 
     contextvars.copy_context().run(run)

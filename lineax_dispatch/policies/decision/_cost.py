@@ -16,7 +16,7 @@ import lineax as lx
 
 from ..._compat import live_equations, pure_callback_p
 from .._memory import array_bytes, itemsize, matrix_bytes, vector_bytes
-from ..calls._keys import is_leaf_array, operator_key
+from ..calls._keys import is_leaf_array
 from ..calls._marked import inline_mv, mv_parts
 from ..calls._scope import current_scope
 
@@ -297,9 +297,13 @@ def _estimate(operator: lx.AbstractLinearOperator) -> MvCost:
     )
 
 
-def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
+def mv_cost(operator: lx.AbstractLinearOperator) -> MvCost:
     """Flops, bytes accessed, operation counts and constant bytes of one `mv`;
-    cached per operator kind in the current context.
+    cached per operator kind in the current context. The kind is that of the
+    plain lineax `mv` (`mv_parts`), whatever the operator's own policy: the cost
+    traced is that `mv`'s, so an `Auto` operator and the same operator with its
+    decided policy (CG's layout choice reads the one its loop applies) share one
+    entry, and `mv` is traced for its cost once.
 
     Flops and bytes come from the jaxpr (its live equations, as JAX lowers them),
     counted as XLA's cost analysis counts them, where every primitive in it is one
@@ -315,7 +319,6 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     **Arguments:**
 
     - `operator`: the operator.
-    - `key`: its key for the cost cache (computed when `None`).
 
     **Returns:**
 
@@ -332,7 +335,8 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
         print(cost.flops, cost.source)
         ```
     """
-    key = operator_key(operator) if key is None else key
+    dynamic, static = _abstract_mv_parts(operator)
+    key = _kind(dynamic, static)
     cache = cost_cache()
     if key in cache:
         cache.move_to_end(key)
@@ -340,12 +344,6 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     # Traced through the marked call that applies it inline: a later call in the
     # same trace reuses this trace of the user's function. One trace gives the
     # jaxpr and the lowering.
-    dynamic, static = mv_parts(operator)
-    dynamic = jtu.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-        dynamic,
-        is_leaf=is_leaf_array,
-    )
     try:
         traced = inline_mv.trace(
             (static, current_scope()), dynamic, operator.in_structure()
@@ -376,13 +374,37 @@ def mv_cost(operator: lx.AbstractLinearOperator, key: Any = None) -> MvCost:
     return cost
 
 
+def _abstract_mv_parts(operator: lx.AbstractLinearOperator) -> tuple[Any, Any]:
+    """`mv_parts(operator)` with its arrays as `jax.ShapeDtypeStruct`s."""
+    dynamic, static = mv_parts(operator)
+    dynamic = jtu.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        dynamic,
+        is_leaf=is_leaf_array,
+    )
+    return dynamic, static
+
+
+def _kind(dynamic: Any, static: Any) -> tuple:
+    """The key of `mv_cost`'s cache: the static half of the plain `mv` and the
+    shapes and dtypes of its arrays."""
+    return static, tuple((x.shape, str(x.dtype)) for x in jtu.tree_leaves(dynamic))
+
+
+def cost_key(operator: lx.AbstractLinearOperator) -> tuple:
+    """The key under which `mv_cost` caches the cost of `operator`'s `mv`: equal
+    for operators whose plain lineax `mv` is the same, whatever their own
+    policies."""
+    return _kind(*_abstract_mv_parts(operator))
+
+
 # Operator kinds whose cost each context keeps (the least recently used beyond
 # it are dropped, and measured again if met again): a program of fresh operator
 # functions, made again and again, is a new kind each time.
 COSTS_KEPT = 256
 
 
-# Per-context cache of cost analyses: operator key -> cost, least recently used
+# Per-context cache of cost analyses: kind of `mv` -> cost, least recently used
 # first. A context variable: `Auto.mv` is called by lineax with no argument to
 # carry a cache.
 _COSTS: contextvars.ContextVar[collections.OrderedDict | None] = contextvars.ContextVar(
@@ -391,7 +413,7 @@ _COSTS: contextvars.ContextVar[collections.OrderedDict | None] = contextvars.Con
 
 
 def cost_cache() -> collections.OrderedDict:
-    """This context's cache of `mv_cost`s, by operator key."""
+    """This context's cache of `mv_cost`s, by the kind of the plain lineax `mv`."""
     value = _COSTS.get()
     if value is None:
         value = collections.OrderedDict()

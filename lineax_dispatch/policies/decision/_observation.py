@@ -155,7 +155,6 @@ def observe(
     rollable: bool = False,
     stackable: bool = False,
     with_cost: bool = True,
-    key: Any = None,
     cost: MvCost | None = None,
     out_structure: Any = None,
     solve_tolerance: float | None = None,
@@ -172,7 +171,6 @@ def observe(
         `stackable`: as observed or expected (see the fields of [`lineax_dispatch.Observation`][]).
     - `with_cost`: whether to lower `mv` for its cost (skipped when the decision
         cannot depend on it).
-    - `key`: the operator's key for the cost cache (computed when `None`).
     - `cost`: the cost of one `mv` where it is already known (a
         `lineax_dispatch.policies.MvCost`: `lxd.jit` reads it from the traced
         program), instead of tracing `mv`.
@@ -204,7 +202,7 @@ def observe(
     if explicit or not with_cost:
         cost = None
     elif cost is None:
-        cost = mv_cost(operator, key)
+        cost = mv_cost(operator)
     if cost is not None:
         # Arrays closed over by a closure-converted function are constants of
         # its jaxpr, not leaves: count them as the operator's own.

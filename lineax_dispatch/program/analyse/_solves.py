@@ -210,7 +210,7 @@ def _solve_copy_seconds(eqn: Any) -> tuple[float, Any] | None:
     if not isinstance(record.decision.policy, (Lazy, Outline)):
         return None
     model = record.operator.policy.model()
-    cost = mv_cost(record.operator, record.key)
+    cost = mv_cost(record.operator)
     seconds = model.compile_per_dot * cost.dots + model.compile_per_op * cost.ops
     return seconds + model.solve_copy, (model, record.operator.policy.runs)
 
