@@ -6,7 +6,6 @@ import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import lineax as lx
 from jax.sharding import PartitionSpec
 from jaxtyping import Array, Bool, Inexact, Real
@@ -20,6 +19,7 @@ from ..policies._memory import (
     policy_budget,
 )
 from ..policies.calls._scope import current_scope
+from ._block_inverse import invert_blocks
 from ._operators import (
     flat_structure,
 )
@@ -100,11 +100,7 @@ def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:
         blocks = jax.sharding.reshard(blocks, PartitionSpec())
     eye = jnp.broadcast_to(jnp.eye(blocks.shape[1], dtype=blocks.dtype), blocks.shape)
     with batched_products():
-        if sign:
-            factor = jnp.linalg.cholesky(blocks * sign)
-            inverse = jax.vmap(lambda f, e: jsl.cho_solve((f, True), e))(factor, eye)
-        else:
-            inverse = jnp.linalg.inv(blocks)
+        inverse = invert_blocks(blocks * sign if sign else blocks, definite=bool(sign))
     usable = jnp.all(jnp.isfinite(inverse), axis=(1, 2))
     # Arithmetic rather than a select: the blocks may be sharded, the mask not.
     kept = usable.astype(inverse.dtype)[:, None, None]
