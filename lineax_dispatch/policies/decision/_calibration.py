@@ -13,7 +13,8 @@ of this machine's time to the reference machine's (the times in `_REFERENCE`,
 taken with these functions on the machine the defaults were fitted on). The
 result is written to a JSON file named by the machine (backend, device kind, CPU
 model and count, jax and jaxlib versions) and read from there by every later
-process on it.
+process on it. A device kind with a calibration shipped in `_known_machines` (a
+TPU v5e) takes that instead, measuring nothing.
 
 The environment variable `LINEAX_DISPATCH_CALIBRATION` selects: `on` (the
 default; the cache in `$XDG_CACHE_HOME/lineax_dispatch`, else
@@ -35,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._known_machines import known_ratios
 from ._measure import measure
 from ._model import CostModel
 
@@ -241,7 +243,7 @@ def scaled_model(measured: dict[str, float], source: str) -> CostModel:
     return dataclasses.replace(base, **changes)
 
 
-def _describe(names: dict[str, str], measured: dict[str, float], path) -> str:
+def _describe(names: dict[str, str], measured: dict[str, float], where: str) -> str:
     margins = (
         ", ".join(
             f"{k.removesuffix('_margin')} x{v:g}"
@@ -261,15 +263,41 @@ def _describe(names: dict[str, str], measured: dict[str, float], path) -> str:
     return (
         f"calibrated for this machine ({names['backend']} {names['device_kind']}, "
         f"{names['cpu']}, {names['cpus']} cpus; times over the reference "
-        f"machine's: {ratios}; margins over Lazy: {margins}{fitted}; cached in "
-        f"{path})"
+        f"machine's: {ratios}; margins over Lazy: {margins}{fitted}; {where})"
     )
 
 
+def _measured_here(names: dict[str, str]) -> tuple[dict[str, float], str]:
+    """This machine's micro-measurements, read from its cache file or measured now
+    and written there, and where they are kept (for `lxd.explain`)."""
+    path = _cache_dir(_setting()) / f"calibration-{_key(names)}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("machine") == names and set(stored["measured"]) == set(
+            _REFERENCE
+        ):
+            return {k: float(v) for k, v in stored["measured"].items()}, (
+                f"cached in {path}"
+            )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    with jax.ensure_compile_time_eval():
+        measured = measure()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"machine": names, "measured": measured, "time": time.time()}
+        path.write_text(json.dumps(record, indent=1))
+    except OSError:
+        return measured, f"cached in {path} (not written: not writable)"
+    return measured, f"cached in {path}"
+
+
 def machine_cost_model() -> CostModel:
-    """The cost model of `Auto` and `AutoSolver` where the user gave none: this
-    machine's calibration (measured at its first use and cached per machine), or
-    the fitted defaults where `LINEAX_DISPATCH_CALIBRATION=off`.
+    """The cost model of `Auto` and `AutoSolver` where the user gave none: the
+    calibration shipped for this device kind where there is one
+    (`_known_machines`), else this machine's (measured at its first use and
+    cached per machine); the fitted defaults where
+    `LINEAX_DISPATCH_CALIBRATION=off`.
 
     **Returns:**
 
@@ -285,27 +313,13 @@ def machine_cost_model() -> CostModel:
     if held is not None and held[0] == setting:
         return held[1]
     names = machine()
-    key = _key(names)
-    path = _cache_dir(setting) / f"calibration-{key}.json"
-    measured = None
-    try:
-        stored = json.loads(path.read_text())
-        if stored.get("machine") == names and set(stored["measured"]) == set(
-            _REFERENCE
-        ):
-            measured = {k: float(v) for k, v in stored["measured"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        measured = None
-    if measured is None:
-        with jax.ensure_compile_time_eval():
-            measured = measure()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            record = {"machine": names, "measured": measured, "time": time.time()}
-            path.write_text(json.dumps(record, indent=1))
-        except OSError:
-            path = f"{path} (not written: not writable)"
-    model = scaled_model(measured, _describe(names, measured, path))
+    known = known_ratios(names)
+    if known is not None:
+        measured = {name: known[name] * _REFERENCE[name] for name in _REFERENCE}
+        where = "shipped for this device kind: the median of its recorded calibrations"
+    else:
+        measured, where = _measured_here(names)
+    model = scaled_model(measured, _describe(names, measured, where))
     compile_ratio = _ratio(measured, "compile_s")
     model = _fitted_on_backend(model, names["backend"], compile_ratio)
     model = dataclasses.replace(model, **_margins(names["backend"]))
