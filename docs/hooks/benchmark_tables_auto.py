@@ -389,6 +389,7 @@ TABLES = {
     "cost_model_fit": _cost_model_fit,
     "realistic": _realistic,
     "realistic-12-programs": _realistic,
+    "realistic-2-rounds": _realistic,
     "accelerator": _accelerator,
     "parity": _parity,
 }
