@@ -260,8 +260,9 @@ def _describe(names: dict[str, str], measured: dict[str, float], where: str) -> 
         if names["backend"] == "tpu"
         else ""
     )
+    kind = "machine" if where.startswith("cached") else "device kind"
     return (
-        f"calibrated for this machine ({names['backend']} {names['device_kind']}, "
+        f"calibrated for this {kind} ({names['backend']} {names['device_kind']}, "
         f"{names['cpu']}, {names['cpus']} cpus; times over the reference "
         f"machine's: {ratios}; margins over Lazy: {margins}{fitted}; {where})"
     )
