@@ -34,11 +34,13 @@ def test_stages_that_keep_different_numbers_of_values_share_branches():
 
 
 def test_a_loop_that_one_step_runs_stays_out_of_the_rolled_loop():
-    """A solve between two calls that only one step runs cuts the calls there:
-    iterative refinement's two `mv`s are not rolled, and of four calls, a solve,
-    and four more, the first four are; a solve in every step (Newton) is one
-    shared branch, and every call rolls. The results are `jax.jit`'s (and the
-    gradient, where the rolled run is followed by the solve)."""
+    """A solve between two calls that only one step runs cuts the calls there: of
+    four calls, a solve, and four more, the first four are rolled; a solve in
+    every step is one shared branch, and every call rolls: Newton's, and
+    iterative refinement's two `mv`s from `x = 0` (the first step reads the
+    zeros where the second reads the slot, and represents the last, whose code
+    computes no next residual: one branch). The results are `jax.jit`'s (and
+    the gradient, where the rolled run is followed by the solve)."""
     from lineax_dispatch.policies.calls._marked import MARKED_NAME
     from lineax_dispatch.program.analyse._groups import find_groups
     from lineax_dispatch.program.analyse._roll_plan import plan_roll
@@ -75,14 +77,59 @@ def test_a_loop_that_one_step_runs_stays_out_of_the_rolled_loop():
         return x
 
     b = jnp.linspace(0.1, 1.0, N)
-    for f, rolled in ((refine, 0), (split, 4), (newton, 4)):
+    for f, rolled in ((refine, 2), (split, 4), (newton, 4)):
         jaxpr = jax.make_jaxpr(f)(b).jaxpr
         (group,) = [g for g in find_groups(jaxpr).values() if g.name == MARKED_NAME]
         plan = plan_roll(jaxpr, group.sites)
         assert (0 if plan is None else len(plan.sites)) == rolled, f.__name__
         if plan is not None:
             assert plan.sites == tuple(sorted(group.sites)[:rolled])
+        if f is refine:
+            assert len(plan.representatives) == 1
+            assert plan.initial[0][0] == "var"  # the slot starts at `x = 0`
         _close(lxd.jit(f)(b), jax.jit(f)(b))
-    # Through the rolled run and the solve after it.
-    loss = lambda b: jnp.sum(split(b) ** 2)
+    # Through the rolled run and the solve after it; through the rolled solves.
+    for g in (split, refine):
+        loss = lambda b: jnp.sum(g(b) ** 2)
+        _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
+    _close(jax.vmap(lxd.jit(refine))(b[None] * 2.0), jax.vmap(refine)(b[None] * 2.0))
+
+
+def test_solves_rolled_at_their_residuals():
+    """`x <- x + A^-1 (b - A x)` twice from `x = 0`, `A` an `mv` inline (`Lazy`),
+    its two solves rolled by `lxd.jit`: at the solves the loop is two branches
+    (the first computes the next residual, the last does not); cut at the
+    residual's first equation it is one, each step residual, solve and update.
+    The rolled program has fewer copies of the operator's products than the
+    program written out; the results (under jit, grad, jvp and vmap) are
+    `jax.jit`'s."""
+    from lineax_dispatch.program.analyse._groups import find_groups
+    from lineax_dispatch.program.analyse._roll_plan import _plan_all, plan_roll
+
+    op = _operators(lxd.Lazy())[0]
+    spd = lx.MatrixLinearOperator(jnp.eye(N) * 3.0 + 0.1, lx.positive_semidefinite_tag)
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+
+    def refine(b):
+        x = jnp.zeros_like(b)
+        for _ in range(2):
+            x = x + lx.linear_solve(spd, b - op.mv(x), solver).value
+        return x
+
+    b = jnp.linspace(0.1, 1.0, N)
+    jaxpr = jax.make_jaxpr(refine)(b).jaxpr
+    (solves,) = [g for g in find_groups(jaxpr).values() if len(g.sites) == 2]
+    assert len(_plan_all(jaxpr, solves.sites).representatives) == 2
+    plan = plan_roll(jaxpr, solves.sites)
+    assert len(plan.representatives) == 1 and plan.initial[0][0] == "var"
+    first = jaxpr.eqns[plan.sites[0]]
+    assert first.primitive.name == "dot_general" and plan.sites[1] < solves.sites[1]
+    dots = lambda f: jax.jit(f).lower(b).as_text().count("dot_general")
+    assert dots(lxd.jit(refine)) < dots(refine)
+    _close(lxd.jit(refine)(b), jax.jit(refine)(b))
+    loss = lambda b: jnp.sum(refine(b) ** 2)
     _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
+    t = jnp.cos(b)
+    _close(jax.jvp(lxd.jit(refine), (b,), (t,)), jax.jvp(refine, (b,), (t,)))
+    bs = jnp.stack([b, 2 * b])
+    _close(jax.vmap(lxd.jit(refine))(bs), jax.jit(jax.vmap(refine))(bs))

@@ -72,7 +72,9 @@ def _fresh_only(x):
 
 
 def _fresh_also_read(x):
-    # The same input, also read by the code after the call: it stays carried.
+    # The same input, also read by the code after the call: the loop is cut
+    # before the input's equations (one branch: the last step's code after its
+    # call is the others'), so each step computes it and nothing is carried.
     for i in range(6):
         y = jnp.cos(_C) * (i + 1)
         x = _two_inputs(x, y) + y[:N]
@@ -127,7 +129,7 @@ def test_inputs_computed_from_before_the_loop_are_not_carried(program, capfd):
     ]
     consts, carried = _compat.scan_counts(scan)
     shapes = [v.aval.shape for v in scan.invars[consts:]][:carried]
-    fresh = program in (_fresh_only, _fresh_with_effect)
+    fresh = program in (_fresh_only, _fresh_with_effect, _fresh_also_read)
     assert ((N + 1,) in shapes) == (not fresh)
 
 
@@ -141,7 +143,9 @@ def _from_before(x):
 
 def _heavy_next(x):
     """The code computing the next input is a matrix product that the program does
-    not run after the last call: the last step does not run it either."""
+    not run after the last call: the loop is cut at the products instead (each
+    step a product and a call: one branch), so no step runs a product the
+    program does not."""
     for _ in range(4):
         x = _user_function(_WEIGHTS[0] @ x)
     return x
@@ -200,8 +204,10 @@ def test_first_and_last_steps_join_the_loop_only_where_equivalent(which):
         plan = plan_roll(jaxpr, group.sites)
         if which == "from_before":  # one branch; the sum starts from `cos(x)`
             assert plan.classes == (0,) * 5 and plan.initial[0][0] == "var"
-        else:  # the last step runs no matrix product the program does not
-            assert plan.tail is None and plan.classes == (0, 0, 0, 1)
+        else:  # cut at the products: one branch, none run once more
+            assert plan.classes == (0,) * 4
+            assert {jaxpr.eqns[s].primitive.name for s in plan.sites} == {"dot_general"}
+            assert len(jaxpr.eqns) == plan.sites[-1] + 2  # product, call: all
         loss = lambda f: lambda x: jnp.sum(f(x) ** 2)
         _close(
             jax.grad(lxd.jit(loss(program)))(x), jax.jit(jax.grad(loss(reference)))(x)

@@ -129,11 +129,57 @@ def plan_roll(jaxpr: Any, sites: Sequence[int]) -> RollPlan | None:
     plan = _plan_all(jaxpr, sites)
     if plan is None:
         return None
+    if len(plan.representatives) > 1:
+        rotated = _rotated(jaxpr, plan)
+        if rotated is not None:
+            return rotated
     runs = _runs_between_loops(jaxpr, plan)
     if len(runs) == 1:
         return plan
     longest = max(runs, key=len)
     return plan_roll(jaxpr, longest) if len(longest) >= 2 else None
+
+
+def _anchors(jaxpr: Any, sites: Sequence[int]) -> tuple[int, ...] | None:
+    """The equations `d` before each call at `sites`, where the calls are equally
+    far apart and the program ends `d` equations short of a step's length after
+    the last call (its code after the last call is the beginning of a step's, its
+    `d` equations before each call the end of a step's), and these equations
+    have one primitive; else `None`."""
+    gaps = {b - a for a, b in zip(sites, sites[1:])}
+    if len(gaps) != 1:
+        return None
+    after = len(jaxpr.eqns) - sites[-1] - 1
+    d = gaps.pop() - 1 - after
+    if d < 1 or sites[0] < d:
+        return None
+    anchors = tuple(site - d for site in sites)
+    primitives = {jaxpr.eqns[a].primitive for a in anchors}
+    return anchors if len(primitives) == 1 else None
+
+
+def _rotated(jaxpr: Any, plan: RollPlan) -> RollPlan | None:
+    """The loop of `plan`'s calls cut at the equations `d` before each of them
+    (`_anchors`), where that is one branch and every step holds its call of
+    `plan`'s; else `None`.
+
+    `x <- x + A^-1 (b - A x)` twice, its solves rolled at the solves, runs a
+    branch computing the next residual and another that does not (the last),
+    a `lax.switch` in every step; cut at the `mv`s before the solves it is one
+    branch (as the loop a user writes by hand: the residual's equations start
+    it, the first step's reading `x = 0` from a slot). On a TPU the two-branch loop ran
+    `newton_residual` 1.2x slower than the program written out, and the one
+    branch as fast (`benchmarks/results/tpu/logs/newton-residual-steady.log`)."""
+    anchors = _anchors(jaxpr, plan.sites)
+    if anchors is None:
+        return None
+    other = _plan_all(jaxpr, anchors)
+    if other is None or len(other.representatives) != 1:
+        return None
+    ends = stops(other.sites, other.tail)
+    if not all(a < s < e for a, s, e in zip(anchors, plan.sites, ends)):
+        return None
+    return other
 
 
 def _runs_between_loops(jaxpr: Any, plan: RollPlan) -> list[tuple[int, ...]]:
@@ -274,6 +320,38 @@ def _first_shared(jaxpr, steps: Steps, classes, representatives, found) -> tuple
     return classes, representatives, found, {}
 
 
+def _seeded_first(jaxpr, steps: Steps, classes, representatives) -> tuple | None:
+    """Where the first step still runs alone: `(steps, branches, initial)` with
+    the first step reading, from the slots it starts without, the variables of
+    before the loop that its code reads where another branch's step reads those
+    slots, and the branches made again (`_branches`), where that gives fewer.
+
+    The first step then represents the steps of that branch. `_first_shared`
+    puts the first step in another step's branch instead, which the last step
+    cannot represent where its tail stops short of the branch's code:
+    `x <- x + A^-1 (b - A x)` twice from `x = 0`, rolled at its two `mv`s, is one
+    branch this way and two otherwise (the first reads `x = 0`, the last
+    computes no next residual). The rolled loop starts those slots with the
+    variables (`RollPlan.initial`)."""
+    if classes.count(classes[0]) != 1 or len(representatives) < 2:
+        return None
+    for c in range(len(representatives)):
+        start_values: dict = {}
+        r = representatives[c]
+        if r == 0 or compare(jaxpr, steps, r, 0, start_values, writes=False) is None:
+            continue
+        if not start_values or any(kind != "var" for kind, _ in start_values.values()):
+            continue
+        first = list(steps.reads[0])
+        for slot, (_, variable) in start_values.items():
+            first[slot] = variable
+        seeded = dataclasses.replace(steps, reads=(tuple(first), *steps.reads[1:]))
+        branches = _branches(jaxpr, seeded)
+        if branches is not None and len(branches[1]) < len(representatives):
+            return seeded, branches, start_values
+    return None
+
+
 def _tables(found, representatives, k: int) -> tuple[dict, ...]:
     """Per branch, `{literal key: values per step}` for the literals that differ
     between the steps it runs (`RollPlan.tables`)."""
@@ -322,6 +400,9 @@ def _plan_of_layout(
     if branches is None:
         return None
     classes, representatives, found, initial = _first_shared(jaxpr, steps, *branches)
+    seeded = _seeded_first(jaxpr, steps, classes, representatives)
+    if seeded is not None:
+        steps, (classes, representatives, found), initial = seeded
     return RollPlan(
         tuple(sites),
         varying,

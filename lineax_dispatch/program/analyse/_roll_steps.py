@@ -369,7 +369,9 @@ def _same_writes(match: _Match, s: Steps, r: int, j: int) -> bool:
     return True
 
 
-def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict | None:
+def compare(
+    jaxpr, s: Steps, r: int, j: int, init: dict | None = None, writes: bool = True
+) -> dict | None:
     """The literals by which step `j` differs from step `r` (`{key: (value at r,
     value at j)}`), or `None` if their code differs otherwise.
 
@@ -378,7 +380,8 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
     variable from before the loop instead: `init[slot] = ("literal", value)` or
     `("var", variable)`, the slot's value before the loop. The last step's code
     may be a prefix of `r`'s, the rest computing only the next call's inputs
-    (`extra_safe`)."""
+    (`extra_safe`). Without `writes`, what the steps leave in their slots is not
+    compared (for `init` alone)."""
     if not _comparable(jaxpr, s, r, j):
         return None
     match = _start_match(s, r, j, init)
@@ -386,7 +389,7 @@ def compare(jaxpr, s: Steps, r: int, j: int, init: dict | None = None) -> dict |
         return None
     if s.has_next(j) and not _same_next(match, s, r, j):
         return None
-    if not _same_writes(match, s, r, j):
+    if writes and not _same_writes(match, s, r, j):
         return None
     match.literals.pop(None, None)
     return match.literals
