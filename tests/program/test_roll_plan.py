@@ -133,3 +133,25 @@ def test_solves_rolled_at_their_residuals():
     _close(jax.jvp(lxd.jit(refine), (b,), (t,)), jax.jvp(refine, (b,), (t,)))
     bs = jnp.stack([b, 2 * b])
     _close(jax.vmap(lxd.jit(refine))(bs), jax.jit(jax.vmap(refine))(bs))
+
+
+def test_a_value_every_step_reads_does_not_start_a_slot():
+    """The first step's `x` is also a value every step reads (`0.1 x_0`): it
+    cannot stand for the slot in the branch's code (the later steps would read
+    the slot there), so the first step does not represent the others; the
+    results are `jax.jit`'s."""
+    op = _operators(lxd.Lazy())[0]
+    spd = lx.MatrixLinearOperator(jnp.eye(N) * 3.0 + 0.1, lx.positive_semidefinite_tag)
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+
+    def refine(b):
+        x0 = jnp.cos(b)
+        x = x0
+        for _ in range(2):
+            x = x + lx.linear_solve(spd, b - op.mv(x), solver).value + 0.1 * x0
+        return x
+
+    b = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(refine)(b), jax.jit(refine)(b))
+    loss = lambda b: jnp.sum(refine(b) ** 2)
+    _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))

@@ -167,9 +167,9 @@ def _rotated(jaxpr: Any, plan: RollPlan) -> RollPlan | None:
     branch computing the next residual and another that does not (the last),
     a `lax.switch` in every step; cut at the `mv`s before the solves it is one
     branch (as the loop a user writes by hand: the residual's equations start
-    it, the first step's reading `x = 0` from a slot). On a TPU the two-branch loop ran
-    `newton_residual` 1.2x slower than the program written out, and the one
-    branch as fast (`benchmarks/results/tpu/logs/newton-residual-steady.log`)."""
+    it, the first step's reading `x = 0` from a slot). On a TPU the two-branch
+    loop ran `newton_residual` slower than the program written out, the one
+    branch as fast (`benchmarks/results/tpu/logs/newton-residual-steady*.log`)."""
     anchors = _anchors(jaxpr, plan.sites)
     if anchors is None:
         return None
@@ -332,7 +332,9 @@ def _seeded_first(jaxpr, steps: Steps, classes, representatives) -> tuple | None
     `x <- x + A^-1 (b - A x)` twice from `x = 0`, rolled at its two `mv`s, is one
     branch this way and two otherwise (the first reads `x = 0`, the last
     computes no next residual). The rolled loop starts those slots with the
-    variables (`RollPlan.initial`)."""
+    variables (`RollPlan.initial`). Not where a later step, or the code after
+    the loop, reads such a variable itself: in the branch's code it stands for
+    the slot."""
     if classes.count(classes[0]) != 1 or len(representatives) < 2:
         return None
     for c in range(len(representatives)):
@@ -341,6 +343,15 @@ def _seeded_first(jaxpr, steps: Steps, classes, representatives) -> tuple | None
         if r == 0 or compare(jaxpr, steps, r, 0, start_values, writes=False) is None:
             continue
         if not start_values or any(kind != "var" for kind, _ in start_values.values()):
+            continue
+        # In the branch's code the variable stands for the slot: no later step,
+        # nor the code after the loop, may read it as itself.
+        end = stops(steps.sites, steps.tail)[0]
+        if any(
+            reader == "out" or reader >= end
+            for _, variable in start_values.values()
+            for reader in steps.consumers.get(variable, ())
+        ):
             continue
         first = list(steps.reads[0])
         for slot, (_, variable) in start_values.items():
