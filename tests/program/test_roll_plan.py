@@ -9,7 +9,7 @@ import lineax as lx
 
 import lineax_dispatch as lxd
 
-from ..helpers.roll_programs import _close, _operators, N, ZOO, ZOO_X
+from ..helpers.roll_programs import _close, _operators, _WEIGHTS, N, ZOO, ZOO_X
 
 
 def test_stages_that_keep_different_numbers_of_values_share_branches():
@@ -155,3 +155,23 @@ def test_a_value_every_step_reads_does_not_start_a_slot():
     _close(lxd.jit(refine)(b), jax.jit(refine)(b))
     loss = lambda b: jnp.sum(refine(b) ** 2)
     _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
+
+
+def test_the_loop_is_not_cut_at_calls_of_different_functions():
+    """Each solve follows a call of another function of one signature: the loop
+    is not cut at those calls (one would run in place of the other); the results
+    are `jax.jit`'s."""
+    spd = lx.MatrixLinearOperator(jnp.eye(N) * 3.0 + 0.1, lx.positive_semidefinite_tag)
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+    # Products: the last step cannot run its next input's code unused.
+    first = jax.jit(lambda x: jnp.sin(_WEIGHTS[0] @ x) + 1.0)
+    second = jax.jit(lambda x: jnp.cos(_WEIGHTS[1] @ x) * 2.0)
+
+    def program(b):
+        x = b
+        for f in (first, second):
+            x = lx.linear_solve(spd, f(x), solver).value
+        return x
+
+    b = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(program)(b), jax.jit(program)(b))

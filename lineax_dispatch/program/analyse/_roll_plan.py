@@ -13,6 +13,7 @@ from ._roll_steps import (
     consumers_of,
     extra_safe,
     layouts,
+    params_equal,
     plain_aval,
     same_value,
     Steps,
@@ -145,7 +146,8 @@ def _anchors(jaxpr: Any, sites: Sequence[int]) -> tuple[int, ...] | None:
     far apart and the program ends `d` equations short of a step's length after
     the last call (its code after the last call is the beginning of a step's, its
     `d` equations before each call the end of a step's), and these equations
-    have one primitive; else `None`."""
+    are of one computation (one primitive, equal parameters: for a `jit` call,
+    one function); else `None`."""
     gaps = {b - a for a, b in zip(sites, sites[1:])}
     if len(gaps) != 1:
         return None
@@ -154,8 +156,15 @@ def _anchors(jaxpr: Any, sites: Sequence[int]) -> tuple[int, ...] | None:
     if d < 1 or sites[0] < d:
         return None
     anchors = tuple(site - d for site in sites)
-    primitives = {jaxpr.eqns[a].primitive for a in anchors}
-    return anchors if len(primitives) == 1 else None
+    first = jaxpr.eqns[anchors[0]]
+    # One computation: the rolled loop runs the first's at every step.
+    for a in anchors[1:]:
+        eqn = jaxpr.eqns[a]
+        if eqn.primitive is not first.primitive or not params_equal(
+            eqn.params, first.params
+        ):
+            return None
+    return anchors
 
 
 def _rotated(jaxpr: Any, plan: RollPlan) -> RollPlan | None:

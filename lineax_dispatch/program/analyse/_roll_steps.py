@@ -188,7 +188,9 @@ def consumers_of(jaxpr) -> dict:
     return out
 
 
-def _params_equal(a: dict, b: dict) -> bool:
+def params_equal(a: dict, b: dict) -> bool:
+    """Whether two equations' parameters are equal (the same object, or equal as
+    values: a `jit` call's function compares by identity)."""
     if a.keys() != b.keys():
         return False
     for key in a:
@@ -328,7 +330,7 @@ def _same_code(match: _Match, seg_j: Any, seg_r: Any) -> bool:
             e_j.primitive is not e_r.primitive
             or len(e_j.invars) != len(e_r.invars)
             or len(e_j.outvars) != len(e_r.outvars)
-            or not _params_equal(e_j.params, e_r.params)
+            or not params_equal(e_j.params, e_r.params)
         ):
             return False
         for q, (a, b) in enumerate(zip(e_j.invars, e_r.invars)):
