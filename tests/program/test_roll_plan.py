@@ -1,11 +1,14 @@
 """What `Roll`'s plan makes of the calls of a program: the slots its loop
 carries (by position among the values live across each call, whatever number
-each call keeps) and where it cuts the calls (at a loop between them that one
-step runs). Each program's results are `jax.jit`'s."""
+each call keeps), where it cuts the calls (at a loop between them that one
+step runs), and where it cuts the loop earlier (before each residual of a
+refinement: one branch) and where not (a start value every step reads, calls of
+different functions). Each program's results are `jax.jit`'s."""
 
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import pytest
 
 import lineax_dispatch as lxd
 
@@ -175,3 +178,63 @@ def test_the_loop_is_not_cut_at_calls_of_different_functions():
 
     b = jnp.linspace(0.1, 1.0, N)
     _close(lxd.jit(program)(b), jax.jit(program)(b))
+
+
+def _residual_programs():
+    """Refinement rolled at its residuals, with more read after the loop: the
+    last residual, the last solve's step count, an effect in every step, a
+    start computed before the loop, three steps."""
+    op = _operators(lxd.Lazy())[0]
+    spd = lx.MatrixLinearOperator(jnp.eye(N) * 3.0 + 0.1, lx.positive_semidefinite_tag)
+    solver = lxd.CG(rtol=1e-10, atol=1e-10)
+    solve = lambda r: lx.linear_solve(spd, r, solver)
+
+    def last_residual(b):
+        x = jnp.zeros_like(b)
+        for _ in range(2):
+            r = b - op.mv(x)
+            x = x + solve(r).value
+        return x, r
+
+    def last_steps(b):
+        x = jnp.zeros_like(b)
+        for _ in range(2):
+            sol = solve(b - op.mv(x))
+            x = x + sol.value
+        return x * sol.stats["num_steps"]
+
+    def printed(b):
+        x = jnp.zeros_like(b)
+        for i in range(2):
+            x = x + solve(b - op.mv(x)).value
+            jax.debug.print("step {i} {s}", i=i, s=jnp.sum(x), ordered=True)
+        return x
+
+    def from_before(b):
+        x = jnp.sin(b)
+        for _ in range(3):
+            x = x + solve(b - op.mv(x)).value
+        return x
+
+    return [last_residual, last_steps, printed, from_before]
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_programs_rolled_at_their_residuals_match_jax_jit(which, capfd):
+    program = _residual_programs()[which]
+    b = jnp.linspace(0.1, 1.0, N)
+    _close(lxd.jit(program)(b), jax.jit(program)(b))
+    jax.effects_barrier()
+    if program.__name__ == "printed":
+        capfd.readouterr()
+        jax.block_until_ready(lxd.jit(program)(b + 1.0))
+        jax.effects_barrier()
+        lxd_out = capfd.readouterr().out
+        jax.block_until_ready(jax.jit(program)(b + 1.0))
+        jax.effects_barrier()
+        assert lxd_out == capfd.readouterr().out and lxd_out.count("step") == 2
+        return
+    loss = lambda b: sum(jnp.sum(v**2) for v in jax.tree.leaves(program(b)))
+    _close(jax.grad(lxd.jit(loss))(b), jax.jit(jax.grad(loss))(b))
+    bs = jnp.stack([b, 2 * b])
+    _close(jax.vmap(lxd.jit(program))(bs), jax.jit(jax.vmap(program))(bs))
