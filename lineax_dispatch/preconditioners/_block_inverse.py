@@ -12,11 +12,11 @@ from jaxtyping import Array, Inexact
 def eliminates_in_a_loop() -> bool:
     """Whether `invert_blocks` takes Gauss-Jordan elimination in a loop: on a TPU,
     where XLA expands a batched Cholesky factorisation, its triangular solves and
-    an LU factorisation into blocked programs that take seconds to compile (block
-    Jacobi's build compiled in 1.7 s against Jacobi's 0.44 s there,
-    `benchmarks/results/tpu/preconditioners-blocks-float32.json`); one loop of
-    rank-one updates compiles as one small body. XLA:CPU and GPUs call a
-    library's factorisation, which compiles and runs faster than the loop."""
+    an LU factorisation into blocked programs that take seconds to compile (and
+    has no LU factorisation in float64: `benchmarks/results/tpu/logs/
+    block-inverse-probe.log`, 64 blocks of 64); one loop of rank-one updates
+    compiles as one small body. XLA:CPU and GPUs call a library's
+    factorisation, which compiles and runs faster than the loop."""
     return jax.default_backend() == "tpu"
 
 
