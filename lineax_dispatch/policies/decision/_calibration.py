@@ -268,10 +268,11 @@ def _describe(names: dict[str, str], measured: dict[str, float], where: str) -> 
     )
 
 
-def _measured_here(names: dict[str, str]) -> tuple[dict[str, float], str]:
-    """This machine's micro-measurements, read from its cache file or measured now
-    and written there, and where they are kept (for `lxd.explain`)."""
-    path = _cache_dir(_setting()) / f"calibration-{_key(names)}.json"
+def _measured_here(names: dict[str, str], setting: str) -> tuple[dict[str, float], str]:
+    """This machine's micro-measurements, read from its cache file (in the
+    directory `setting` names) or measured now and written there, and where they
+    are kept (for `lxd.explain`)."""
+    path = _cache_dir(setting) / f"calibration-{_key(names)}.json"
     try:
         stored = json.loads(path.read_text())
         if stored.get("machine") == names and set(stored["measured"]) == set(
@@ -319,7 +320,7 @@ def machine_cost_model() -> CostModel:
         measured = {name: known[name] * _REFERENCE[name] for name in _REFERENCE}
         where = "shipped for this device kind: the median of its recorded calibrations"
     else:
-        measured, where = _measured_here(names)
+        measured, where = _measured_here(names, setting)
     model = scaled_model(measured, _describe(names, measured, where))
     compile_ratio = _ratio(measured, "compile_s")
     model = _fitted_on_backend(model, names["backend"], compile_ratio)
