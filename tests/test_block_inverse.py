@@ -2,8 +2,8 @@
 Gauss-Jordan elimination in a loop, the TPU's): the inverses against NumPy's in
 float32, float64 and complex128, definite and general blocks; a singular or
 (for the definite way) indefinite block gives non-finite entries, which block
-Jacobi then replaces with the identity; the loop's way in a whole block Jacobi
-build; the backend's choice."""
+Jacobi marks unusable (NaN there with `throw=False`); the loop's way in a whole
+block Jacobi build; the backend's choice."""
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,8 @@ def _blocks(dtype, definite: bool, count: int = 5, size: int = 6):
         return (a + np.logspace(-3, 0, count)[:, None, None] * np.eye(size)).astype(
             dtype
         )
-    # Nonsingular, with zeros on the diagonal of the first block: pivoting needed.
+    # Nonsingular; the first block's large entries lie off its diagonal (a
+    # shifted identity plus small noise): elimination needs pivoting there.
     a = m / np.sqrt(size) + 2 * np.eye(size)
     a[0] = np.roll(np.eye(size), 1, axis=0) + 0.1 * m[0]
     return a.astype(dtype)
