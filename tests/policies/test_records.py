@@ -241,3 +241,52 @@ def test_an_auto_operator_and_its_decided_policy_share_one_cost(monkeypatch):
         assert len(traced) == 2
 
     contextvars.copy_context().run(run)
+
+
+def _kept_kinds():
+    """Operators whose `mv` reads arrays in ways a shape stand-in cannot take (a
+    scalar added to a float, a matrix product, a Jacobian at a point)."""
+    n = 16
+    structure = jax.ShapeDtypeStruct((n,), jnp.float32)
+    shift = jnp.asarray(0.5, jnp.float32)
+    matrix = jnp.eye(n, dtype=jnp.float32) + 0.1
+    point = jnp.linspace(0.0, 1.0, n, dtype=jnp.float32)
+    stencil = eqx.Partial(lambda c, x: (2.0 + c) * x - jnp.roll(x, 1), shift)
+    product = eqx.Partial(lambda a, x: a @ x, matrix)
+    return [
+        lxd.FunctionLinearOperator(stencil, structure, policy=lxd.Auto()),
+        lxd.FunctionLinearOperator(product, structure, policy=lxd.Auto()),
+        lxd.JacobianLinearOperator(
+            lambda x, args: jnp.tanh(matrix @ x), point, policy=lxd.Auto()
+        ),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_a_kept_record_of_an_operator_has_its_operators_cost(index, monkeypatch):
+    # What a trace's records keep of an operator (`abstract_operator`: its arrays
+    # as shapes) is priced by `lxd.jit` (shared solves, copies of a solve): it has
+    # the operator's cost, from the same cache entry, not a dense matrix's
+    # estimate made after its `mv` failed on the stand-ins.
+    from lineax_dispatch.policies.calls._keys import abstract_operator
+    from lineax_dispatch.policies.decision import _cost
+
+    estimated = []
+    real = _cost._estimate
+    monkeypatch.setattr(_cost, "_estimate", lambda op: estimated.append(op) or real(op))
+
+    def run(first_kept: bool):
+        operator = _kept_kinds()[index]
+        kept = abstract_operator(operator)
+        assert _cost.cost_key(kept) == _cost.cost_key(operator)
+        if first_kept:
+            cost = mv_cost(kept)
+            assert mv_cost(operator) is cost
+        else:
+            cost = mv_cost(operator)
+            assert mv_cost(kept) is cost
+        assert cost.source != "estimate"
+
+    contextvars.copy_context().run(run, True)
+    contextvars.copy_context().run(run, False)
+    assert estimated == []

@@ -229,20 +229,25 @@ def is_marked(eqn: Any) -> bool:
     return name is not None and name.startswith(MARKED_NAME)
 
 
-def mv_parts(operator: lx.AbstractLinearOperator) -> tuple[PyTree[Any], Any]:
+def mv_parts(
+    operator: lx.AbstractLinearOperator,
+    is_dynamic: Callable[[Any], bool] = eqx.is_array,
+) -> tuple[PyTree[Any], Any]:
     """`(arrays, static key)` of the plain lineax `mv` of `operator`.
 
     **Arguments:**
 
     - `operator`: an operator of lineax-dispatch.
+    - `is_dynamic`: which leaves make the dynamic half (`is_leaf_array` for an
+        operator a record keeps, whose arrays are `jax.ShapeDtypeStruct`s: they
+        then take the places the arrays took, and the static key is the one of
+        the operator the record was made from).
 
     **Returns:**
 
     The dynamic half (a PyTree of arrays) and a hashable key of the static half.
     """
-    dynamic, static = hashable_partition(
-        RawMv(_top_policy_free(operator)), eqx.is_array
-    )
+    dynamic, static = hashable_partition(RawMv(_top_policy_free(operator)), is_dynamic)
     return dynamic, StaticKey(static)
 
 

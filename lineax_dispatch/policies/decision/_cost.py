@@ -375,8 +375,10 @@ def mv_cost(operator: lx.AbstractLinearOperator) -> MvCost:
 
 
 def _abstract_mv_parts(operator: lx.AbstractLinearOperator) -> tuple[Any, Any]:
-    """`mv_parts(operator)` with its arrays as `jax.ShapeDtypeStruct`s."""
-    dynamic, static = mv_parts(operator)
+    """`mv_parts(operator)` with its arrays as `jax.ShapeDtypeStruct`s; the same
+    for an operator a record keeps (`abstract_operator`: its arrays already
+    `jax.ShapeDtypeStruct`s) as for the operator it was made from."""
+    dynamic, static = mv_parts(operator, is_leaf_array)
     dynamic = jtu.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
         dynamic,
