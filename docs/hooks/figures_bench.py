@@ -339,13 +339,26 @@ for _policy in ("Roll", "Lazy"):
         )
 
 
-@figure("tpu_held_out.trace_gap", "tpu/families-held-out/families")
-def _tpu_trace_gap():
-    """The median, over the held-out cases with solves, of `lxd.jit`'s trace and
-    analysis (`Roll`) less `jax.jit`'s trace (`Lazy`), in seconds."""
+def _stage_gap(name: str, stages: tuple[str, ...]) -> str:
+    """The median, over the held-out cases with solves of a `benchmarks.families`
+    results file, of `lxd.jit`'s `stages` (`Roll`: its trace, analysis and
+    rewrite, then its lowering) less `jax.jit`'s (`Lazy`: its trace, then its
+    lowering), in seconds."""
     gaps = [
-        row["results"]["Roll"]["trace_s"] - row["results"]["Lazy"]["trace_s"]
-        for row in load("tpu/families-held-out/families")["cases"]
+        sum(row["results"]["Roll"][s] - row["results"]["Lazy"][s] for s in stages)
+        for row in load(name)["cases"]
         if row["solves"]
     ]
-    return f"{statistics.median(gaps):.2f} s"
+    return f"{statistics.median(gaps):.3f} s"
+
+
+for _name, _file in (
+    ("tpu_held_out", "tpu/families-held-out/families"),
+    ("tpu_kept_records", "tpu/families-held-out-kept-records/families"),
+):
+    for _key, _stages in (
+        ("trace_gap", ("trace_s",)),
+        ("lower_gap", ("lower_s",)),
+        ("both_gap", ("trace_s", "lower_s")),
+    ):
+        figure(f"{_name}.{_key}", _file)(functools.partial(_stage_gap, _file, _stages))
