@@ -1,7 +1,9 @@
 """The tables of the Benchmarks pages for what a solve's first call costs beyond
 its run (see `benchmark_tables.py`): `cg_compile`'s ablation, `solver_kernels`'
-counts and `trace_gap`'s traces, as Markdown tables, in `TABLES` by the results
-file's name."""
+counts, `trace_gap`'s traces and `first_call`'s paired ratios, as Markdown
+tables, in `TABLES` by the results file's name."""
+
+import statistics
 
 from benchmark_tables import _ms, _table
 
@@ -77,8 +79,53 @@ def _trace_gap(data: dict) -> str:
     )
 
 
+def _first_call(data: dict) -> str:
+    """`benchmarks.first_call`: per program the median first-call ratio to plain
+    lineax's over the paired rounds, with its quartiles, for `Lazy` and `Auto`."""
+
+    def cell(row: dict, variant: str) -> str:
+        low, middle, high = row[variant]["quartiles"]
+        mark = " (slower)" if row[variant]["slower"] else ""
+        return f"{middle:.3f}x ({low:.3f}-{high:.3f}){mark}"
+
+    rows = [
+        (
+            r["label"],
+            f"{statistics.median(r['first_s']['lineax']):.3f} s"
+            + ("" if r.get("lineax_answer_ok", True) else " (answer not one)"),
+            cell(r, "Lazy"),
+            cell(r, "Auto"),
+            "+".join(r["auto_choices"]),
+        )
+        for r in data["cases"]
+    ]
+    totals = [
+        (
+            f"**{variant}**",
+            "",
+            f"median {s['median_ratio']:.3f}x",
+            f"slower by > 5%: {len(s['slower'])} of "
+            f"{s['programs'] - len(s.get('not_counted', ()))} "
+            f"(clearly: {len(s['clearly_slower'])})",
+            "",
+        )
+        for variant, s in data["summary"].items()
+    ]
+    headers = (
+        "program",
+        "lineax's first call",
+        "Lazy / lineax (quartiles)",
+        "Auto / lineax (quartiles)",
+        "Auto chose",
+    )
+    return f"{data['config']['rounds']} paired rounds per program:\n\n" + _table(
+        headers, rows + totals
+    )
+
+
 TABLES = {
     "cg_compile": _cg_compile,
+    "first_call": _first_call,
     "solver_kernels": _solver_kernels,
     "trace_gap": _trace_gap,
 }
