@@ -6,13 +6,15 @@ The Auto issue asks that on no held-out program `lxd.jit` + `Auto`'s first call
 by more than 5%. `benchmarks.families` counts that from two rounds of every
 variant, where one program's first call moves by a fifth or more between rounds
 on a 2-core CPU: a count at 5% then says more about the noise than about
-`Auto`. Here only three variants are measured, in more rounds: plain lineax,
+`Auto`. Here only four variants are measured, in more rounds: plain lineax,
 `Lazy` (our operator and solver under `jax.jit`: the share of our solvers
-without `lxd.jit`) and `Auto` (`lxd.Auto()`, what a user gets), each a fresh
-program per round, in interleaved order (every other round reversed), each
+without `lxd.jit`), `Auto1` (`lxd.Auto(runs=1)`: told the program runs once,
+the objective a first call is) and `Auto` (`lxd.Auto()`, what a user gets:
+it may spend compile that its 100 runs repay, such as CG's residual update in
+a `lax.cond` from 4,096 unknowns), each a fresh program per round, in interleaved order (every other round reversed), each
 timed as `benchmarks.families.measure` times it. Per program: the ratio of
-`Auto`'s first call to lineax's in each round (paired: measured one after the
-other), their median and quartiles, and the same for `Lazy`. A program counts
+each variant's first call to lineax's in each round (paired: measured one after
+the other), their median and quartiles. A program counts
 as slower where the median ratio is above 1.05; as clearly slower where even
 the lower quartile is. As in `benchmarks.families`, a program where lineax's
 answer is not one in some round (`answer_ok`: it reported a failure and is off
@@ -21,9 +23,10 @@ answer is not one in some round (`answer_ok`: it reported a failure and is off
 How to run
 ----------
 
-    python -m benchmarks.first_call                     # held-out half, 7 rounds
+    python -m benchmarks.first_call                     # held-out half, 5 rounds
     python -m benchmarks.first_call --quick             # n <= 256, 3 rounds
-    python -m benchmarks.first_call --half fit --rounds 5
+    python -m benchmarks.first_call --half fit --rounds 7
+    python -m benchmarks.first_call --families stencil,jacobian
 
 Results: `<out>/first_call.json` and `.png`.
 """
@@ -36,10 +39,10 @@ from benchmarks import families, families_cases as fc, harness
 from benchmarks.families_scores import answer_ok, SLOWER_THAN_LINEAX
 
 
-FULL = dict(max_n=4096, rounds=7)
+FULL = dict(max_n=4096, rounds=5)
 QUICK = dict(max_n=256, rounds=3)
-VARIANTS = ("lineax", "Lazy", "Auto")
-COMPARED = ("Lazy", "Auto")
+VARIANTS = ("lineax", "Lazy", "Auto1", "Auto")
+COMPARED = ("Lazy", "Auto1", "Auto")
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -57,18 +60,19 @@ def run_case(case: fc.Case, rounds: int) -> dict:
     calls, and per compared variant its paired ratios to lineax's."""
     arrays = fc.family_arrays(case.family, case.n)
     firsts: dict = {v: [] for v in VARIANTS}
-    choices, lineax_ok = [], []
+    choices: dict = {v: [] for v in VARIANTS}
+    lineax_ok = []
     for round_ in range(rounds):
         outputs, timed = {}, {}
         for variant in VARIANTS[:: -1 if round_ % 2 else 1]:
             timed[variant], outputs[variant] = families.measure(variant, case, arrays)
             firsts[variant].append(timed[variant]["total_s"])
             if "choice" in timed[variant]:
-                choices.append(timed[variant]["choice"]["strategy"])
+                choices[variant].append(timed[variant]["choice"]["strategy"])
         error = harness.relative_error(outputs["lineax"], outputs["Lazy"])
         lineax_ok.append(answer_ok(dict(timed["lineax"], rel_err_vs_lazy=error)))
     row = dict(label=case.label, family=case.family, n=case.n, first_s=firsts)
-    row["auto_choices"] = sorted(set(choices))
+    row["choices"] = {v: "+".join(sorted(set(c))) for v, c in choices.items() if c}
     row["lineax_answer_ok"] = all(lineax_ok)
     for variant in COMPARED:
         ratios = [a / b for a, b in zip(firsts[variant], firsts["lineax"])]
@@ -101,8 +105,9 @@ def summary(rows: list[dict]) -> dict:
 
 def format_rows(rows: list[dict], totals: dict) -> str:
     lines = [
-        f"{'program':36s} {'lineax first':>12s}  {'Lazy / lineax':>20s}  "
-        f"{'Auto / lineax':>20s}  Auto chose"
+        f"{'program':36s} {'lineax first':>12s}  "
+        + "  ".join(f"{v + ' / lineax':>22s}" for v in COMPARED)
+        + "  chose (Auto1, Auto)"
     ]
     for r in rows:
         cells = []
@@ -119,8 +124,10 @@ def format_rows(rows: list[dict], totals: dict) -> str:
         base = statistics.median(r["first_s"]["lineax"])
         wrong = "" if r["lineax_answer_ok"] else "  (lineax's answer not one)"
         lines.append(
-            f"{r['label']:36s} {base:10.3f} s  {cells[0]:>20s}  {cells[1]:>20s}  "
-            + "+".join(r["auto_choices"])
+            f"{r['label']:36s} {base:10.3f} s  "
+            + "  ".join(f"{c:>22s}" for c in cells)
+            + "  "
+            + ", ".join(r["choices"].values())
             + wrong
         )
     for variant, s in totals.items():
@@ -138,7 +145,9 @@ def plot(rows: list[dict], path) -> None:
     plt = harness.pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     for j, r in enumerate(rows):
-        for k, (variant, colour) in enumerate(zip(COMPARED, ("tab:grey", "tab:red"))):
+        for k, (variant, colour) in enumerate(
+            zip(COMPARED, ("tab:grey", "tab:blue", "tab:red"))
+        ):
             ratios = r[variant]["ratios"]
             ax.scatter([j + 0.25 * k] * len(ratios), ratios, s=8, color=colour)
             ax.scatter(
@@ -154,7 +163,8 @@ def plot(rows: list[dict], path) -> None:
     ax.set_xticklabels([r["label"] for r in rows], rotation=80, fontsize=6)
     ax.set_ylabel("first call / lineax's (per round)")
     ax.set_title(
-        f"First call over plain lineax: Lazy (grey), Auto (red) ({harness.jax_label()})"
+        f"First call over plain lineax: Lazy (grey), Auto1 (blue), Auto (red) "
+        f"({harness.jax_label()})"
     )
     harness.save(fig, path)
 
@@ -166,16 +176,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--half", choices=("all", "fit", "held_out"), default="held_out"
     )
+    parser.add_argument("--families", type=harness.name_list(fc.FAMILIES))
     args = parser.parse_args(argv)
     harness.fill_defaults(args, FULL, QUICK)
     start = time.perf_counter()
     env = harness.environment(load_average=True)
     config = dict(max_n=args.max_n, rounds=args.rounds, half=args.half)
     harness.print_setup(env, config)
-    fit, held = fc.split(fc.cases())
-    pool = dict(all=fc.cases(), fit=fit, held_out=held)[args.half]
     rows = []
-    for case in (c for c in pool if c.n <= args.max_n):
+    for case in families.selected(args):
         rows.append(run_case(case, args.rounds))
         print(format_rows(rows[-1:], {}).splitlines()[-1], flush=True)
     totals = summary(rows)

@@ -81,45 +81,45 @@ def _trace_gap(data: dict) -> str:
 
 def _first_call(data: dict) -> str:
     """`benchmarks.first_call`: per program the median first-call ratio to plain
-    lineax's over the paired rounds, with its quartiles, for `Lazy` and `Auto`."""
+    lineax's over the paired rounds, with its quartiles, per compared variant."""
 
     def cell(row: dict, variant: str) -> str:
         low, middle, high = row[variant]["quartiles"]
         mark = " (slower)" if row[variant]["slower"] else ""
         return f"{middle:.3f}x ({low:.3f}-{high:.3f}){mark}"
 
+    variants = list(data["summary"])
     rows = [
         (
             r["label"],
             f"{statistics.median(r['first_s']['lineax']):.3f} s"
             + ("" if r.get("lineax_answer_ok", True) else " (answer not one)"),
-            cell(r, "Lazy"),
-            cell(r, "Auto"),
-            "+".join(r["auto_choices"]),
+            *(cell(r, v) for v in variants),
+            ", ".join(r["choices"].values()),
         )
         for r in data["cases"]
     ]
     totals = [
         (
             f"**{variant}**",
-            "",
-            f"median {s['median_ratio']:.3f}x",
-            f"slower by > 5%: {len(s['slower'])} of "
-            f"{s['programs'] - len(s.get('not_counted', ()))} "
+            f"{s['median_ratio']:.3f}x",
+            f"{len(s['slower'])} of {s['programs'] - len(s.get('not_counted', ()))} "
             f"(clearly: {len(s['clearly_slower'])})",
-            "",
         )
         for variant, s in data["summary"].items()
     ]
     headers = (
         "program",
         "lineax's first call",
-        "Lazy / lineax (quartiles)",
-        "Auto / lineax (quartiles)",
-        "Auto chose",
+        *(f"{v} / lineax (quartiles)" for v in variants),
+        "chose (" + ", ".join(v for v in variants if v != "Lazy") + ")",
     )
-    return f"{data['config']['rounds']} paired rounds per program:\n\n" + _table(
-        headers, rows + totals
+    summary = ("variant", "median of the ratios", "programs slower by > 5%")
+    return (
+        f"{data['config']['rounds']} paired rounds per program:\n\n"
+        + _table(headers, rows)
+        + "\n\n"
+        + _table(summary, totals)
     )
 
 
