@@ -122,12 +122,34 @@ def _recording(found: list):
     return decide
 
 
+def _time_runs(timings: dict, compiled, args) -> None:
+    """Adds to a variant's `timings` its run (`run_s`: the median of as many calls
+    as fit in `RUN_BUDGET_S`) and `compile_total_s` (its total less a run)."""
+    # One call (`lxd.jit` keeps its fast path at its second call), then as many
+    # as fit in the budget at that call's time; the first is one of the 3 samples
+    # of a program slower than a third of the budget.
+    (warm,) = harness.call_times(lambda: compiled(*args), 1)
+    count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(warm, 1e-6))))
+    samples = [warm] if 3 * warm > RUN_BUDGET_S else []
+    samples += harness.call_times(lambda: compiled(*args), count - len(samples))
+    run_s = median(samples)
+    timings["run_s"] = run_s
+    timings["compile_total_s"] = timings["total_s"] - min(
+        run_s, timings["first_call_s"]
+    )
+
+
 def measure(
-    variant: str, case: fc.Case, arrays: tuple, lineax_solvers: bool = False
+    variant: str,
+    case: fc.Case,
+    arrays: tuple,
+    lineax_solvers: bool = False,
+    runs: bool = True,
 ) -> tuple[dict, object]:
     """Times one (case, variant) with a fresh operator (solved with lineax's
     solvers where `lineax_solvers`): trace (for `lxd.jit`, its trace, analysis and
-    rewrite), lower, compile, first call, run."""
+    rewrite), lower, compile, first call, and, where `runs`, the run (`run_s`,
+    `compile_total_s`)."""
     policy = None if variant == BASELINE else POLICIES[variant]()
     op, solver = fc.make_operator(case.family, arrays, case.n, policy, lineax_solvers)
     f, params, _ = harness.split_program(op, fc.body(case, solver))
@@ -152,20 +174,11 @@ def measure(
     # The race's losing compile, still running: its seconds after the first call
     # (not waited for by a user's call; the runs are timed after it).
     settled_s = harness.settle() if raced else 0.0
-    first_s = timings["first_call_s"]
-    # One call (`lxd.jit` keeps its fast path at its second call), then as many
-    # as fit in the budget at that call's time; the first is one of the 3 samples
-    # of a program slower than a third of the budget.
-    (warm,) = harness.call_times(lambda: compiled(*args), 1)
-    count = int(max(3, min(RUN_SAMPLES, RUN_BUDGET_S // max(warm, 1e-6))))
-    samples = [warm] if 3 * warm > RUN_BUDGET_S else []
-    samples += harness.call_times(lambda: compiled(*args), count - len(samples))
-    run_s = median(samples)
-    total = sum(timings.values())
-    timings.update(run_s=run_s, total_s=total)
+    timings["total_s"] = sum(timings.values())
     if raced:
         timings["loser_compile_after_s"] = settled_s
-    timings["compile_total_s"] = total - min(run_s, first_s)
+    if runs:
+        _time_runs(timings, compiled, args)
     out, steps, ok = out
     timings.update(num_steps_max=int(steps), all_successful=bool(ok))
     if variant in LXD_JIT:

@@ -12,7 +12,8 @@ without `lxd.jit`), `Auto1` (`lxd.Auto(runs=1)`: told the program runs once,
 the objective a first call is) and `Auto` (`lxd.Auto()`, what a user gets:
 it may spend compile that its 100 runs repay, such as CG's residual update in
 a `lax.cond` from 4,096 unknowns), each a fresh program per round, in interleaved order (every other round reversed), each
-timed as `benchmarks.families.measure` times it. Per program: the ratio of
+timed as `benchmarks.families.measure` times it (its first call only:
+no runs are timed). Per program: the ratio of
 each variant's first call to lineax's in each round (paired: measured one after
 the other), their median and quartiles. A program counts
 as slower where the median ratio is above 1.05; as clearly slower where even
@@ -65,7 +66,9 @@ def run_case(case: fc.Case, rounds: int) -> dict:
     for round_ in range(rounds):
         outputs, timed = {}, {}
         for variant in VARIANTS[:: -1 if round_ % 2 else 1]:
-            timed[variant], outputs[variant] = families.measure(variant, case, arrays)
+            timed[variant], outputs[variant] = families.measure(
+                variant, case, arrays, runs=False
+            )
             firsts[variant].append(timed[variant]["total_s"])
             if "choice" in timed[variant]:
                 choices[variant].append(timed[variant]["choice"]["strategy"])
