@@ -123,3 +123,56 @@ def test_any_nonzero(dtype):
     assert not bool(any_nonzero(jnp.zeros(0, dtype)))
     batched = jax.vmap(any_nonzero)(jnp.stack([zeros, zeros.at[2].set(1.0)]))
     np.testing.assert_array_equal(np.asarray(batched), [False, True])
+
+
+@pytest.mark.parametrize("layout", ["one_site", "inline"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cg_s_iterate_in_the_user_s_units_gives_the_same_solution(layout, dtype):
+    # CG keeps its iterate in the user's units (`plain_system(...,
+    # user_iterate=True)`); scaling by a power of two being exact, the solution
+    # is the same, bit for bit, as that of the loop in the system's units.
+    rng = np.random.default_rng(2)
+    q, _ = np.linalg.qr(rng.normal(size=(16, 16)))
+    matrix = jnp.asarray((q * np.linspace(1.0, 50.0, 16)) @ q.T, dtype)
+    op = lxd.MatrixLinearOperator(matrix, _TAGS)
+    solver = lxd.CG(rtol=1e-5, atol=1e-5, layout=layout, max_steps=100)
+
+    def solve(b, y0):
+        sol = lx.linear_solve(op, b, solver, options={"y0": y0}, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    for exponent in (-30, 0, 7, 30):
+        b = jnp.asarray(rng.normal(size=16) * 2.0**exponent, dtype)
+        y0 = jnp.asarray(rng.normal(size=16) * 2.0 ** (exponent - 3), dtype)
+        assert lxd.CG.user_iterate
+        got, steps = jax.jit(solve)(b, y0)
+        try:
+            lxd.CG.user_iterate = False
+            want, want_steps = jax.jit(solve)(b, y0)
+        finally:
+            lxd.CG.user_iterate = True
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert int(steps) == int(want_steps)
+
+
+@pytest.mark.parametrize("layout", ["one_site", "inline"])
+def test_cg_multiplies_nothing_after_its_loop(layout):
+    # The solution is the loop's iterate itself: no multiplication by the
+    # right-hand side's power of two after the loop (a kernel of its own).
+    op = lxd.MatrixLinearOperator(jnp.eye(8) * 2.0, _TAGS)
+    solver = lxd.CG(rtol=1e-5, atol=1e-5, layout=layout)
+    state = solver.init(op, {})
+    closed = jax.make_jaxpr(lambda b: solver.compute(state, b, {})[0])(jnp.ones(8))
+    (jaxpr, loop), *_ = _loop_inputs(closed.jaxpr)
+    made_by = {v: e for e in jaxpr.eqns for v in e.outvars}
+    pending = [v for v in jaxpr.outvars if not isinstance(v, jax.extend.core.Literal)]
+    seen = []
+    while pending:
+        eqn = made_by.get(pending.pop())
+        if eqn is None or eqn is loop:
+            continue
+        seen.append(eqn.primitive.name)
+        pending.extend(
+            v for v in eqn.invars if not isinstance(v, jax.extend.core.Literal)
+        )
+    assert "mul" not in seen, seen

@@ -54,6 +54,10 @@ class System(eqx.Module):
         `atol` of the user's is `atol / unit` here. `None` for no division.
     - `residual_of`: `w -> c - w` as the plain system computes it inside a loop
         (see `residual_in_units`); `None` for `rhs - w`.
+    - `step_unit`: where the solver keeps its iterate in the user's units (see
+        `plain_system(..., user_iterate=True)`), `unit`, by which it multiplies
+        each step (a direction in the system's units) before adding it to the
+        iterate; `None` where the iterate is in the system's units.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -63,6 +67,7 @@ class System(eqx.Module):
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
     unit: Array | None = None
     residual_of: Callable[[Array], Array] | None = None
+    step_unit: Array | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -112,6 +117,20 @@ class System(eqx.Module):
     def total(self, y: Array) -> Array:
         """The solution of the user's problem for the system's iterate `y`."""
         return y if self.offset is None else self.offset + y
+
+    def in_iterate_units(self, step: Array) -> Array:
+        """`step`, a step in the system's units (a multiple of a search
+        direction), in the units of the iterate (see `step_unit`)."""
+        if self.step_unit is None:
+            return step
+        return lax.mul(step, self.step_unit.astype(step.dtype))
+
+    @property
+    def iterate_unit(self) -> Array | None:
+        """The power of two by which the loop's final iterate is multiplied to
+        give the user's solution: `unit` where the iterate is in the system's
+        units, else `None`."""
+        return None if self.step_unit is not None else self.unit
 
     def scale_of_rhs(
         self, scale: Callable[[Array], Array], like: Array | jax.ShapeDtypeStruct
@@ -187,14 +206,20 @@ def rhs_unit(b: Array) -> Array:
     return binary_scale_of_largest(lax.max(top, lax.neg(bottom)))
 
 
-def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:
+def residual_in_units(
+    b: Array, unit: Array, user_iterate: bool = False
+) -> Callable[[Array], Array]:
     """`w -> b / unit - w` for the power of two `unit`, computed as
     `(b - w unit) / unit`: the same values (scaling by a power of two is exact,
     away from overflow and subnormals), but reading the user's `b` rather than
     `b / unit`, which a loop would read as an array computed before it (XLA
     moves a computation that does not change in the loop out of it): a kernel
-    of its own and an array more in the loop's state."""
+    of its own and an array more in the loop's state. Where `user_iterate`, `w`
+    is the product of an iterate in the user's units (`w unit` above), and the
+    residual is `(b - w) / unit`."""
     u = unit.astype(b.dtype)
+    if user_iterate:
+        return lambda w: lax.div(lax.sub(b, w), u)
     return lambda w: lax.div(lax.sub(b, lax.mul(w, u)), u)
 
 
@@ -211,16 +236,29 @@ def flatteners(
 
 
 def plain_system(
-    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
+    operator: lx.AbstractLinearOperator,
+    vector: PyTree[Array],
+    y0: PyTree | None,
+    user_iterate: bool = False,
 ) -> tuple[System, Array]:
     """The system `A y = b / unit`, and the flat starting point `y0 / unit`, for
     the power of two `unit = rhs_unit(b)` (`System.unit`). (`N` is `A`; the
-    operator is square for every solver but `LSMR`.)"""
+    operator is square for every solver but `LSMR`.)
+
+    Where `user_iterate`, the solver keeps its iterate in the user's units (the
+    residual, the directions and the inner products in the system's): the
+    starting point is `y0` itself, the residual of an iterate `y` is
+    `(b - A y) / unit`, and each step is multiplied by `unit`
+    (`System.in_iterate_units`) before it is added to `y`. The same values (a
+    power of two scales exactly, away from overflow and subnormals), without
+    the division of `y0` and the multiplication of the solution after the loop:
+    two kernels fewer to compile, and no `unit` in the update's tolerance
+    `atol + rtol |y|`."""
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
     unit = rhs_unit(b)
-    residual_of = residual_in_units(b, unit)
+    residual_of = residual_in_units(b, unit, user_iterate)
     b = b / unit.astype(b.dtype)
 
     def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
@@ -232,6 +270,8 @@ def plain_system(
 
     if y0 is None:
         y0_flat = flat.zeros()
+    elif user_iterate:
+        y0_flat = flat.ravel(y0)
     else:
         y0_flat = flat.ravel(y0) / unit.astype(flat.dtype)
     system = System(
@@ -242,6 +282,7 @@ def plain_system(
         split=split,
         unit=unit,
         residual_of=residual_of,
+        step_unit=unit if user_iterate else None,
     )
     return system, y0_flat
 
