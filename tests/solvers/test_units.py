@@ -125,17 +125,25 @@ def test_any_nonzero(dtype):
     np.testing.assert_array_equal(np.asarray(batched), [False, True])
 
 
-@pytest.mark.parametrize("layout", ["one_site", "inline"])
+_USER_ITERATE = {
+    "CG": lambda: lxd.CG(rtol=1e-5, atol=1e-5, max_steps=100),
+    "CG-inline": lambda: lxd.CG(rtol=1e-5, atol=1e-5, max_steps=100, layout="inline"),
+    "GMRES": lambda: lxd.GMRES(rtol=1e-5, atol=1e-5, max_steps=100, restart=6),
+}
+
+
+@pytest.mark.parametrize("name", list(_USER_ITERATE))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_cg_s_iterate_in_the_user_s_units_gives_the_same_solution(layout, dtype):
-    # CG keeps its iterate in the user's units (`plain_system(...,
+def test_an_iterate_in_the_user_s_units_gives_the_same_solution(name, dtype):
+    # CG and GMRES keep their iterate in the user's units (`plain_system(...,
     # user_iterate=True)`); scaling by a power of two being exact, the solution
     # is the same, bit for bit, as that of the loop in the system's units.
     rng = np.random.default_rng(2)
     q, _ = np.linalg.qr(rng.normal(size=(16, 16)))
     matrix = jnp.asarray((q * np.linspace(1.0, 50.0, 16)) @ q.T, dtype)
     op = lxd.MatrixLinearOperator(matrix, _TAGS)
-    solver = lxd.CG(rtol=1e-5, atol=1e-5, layout=layout, max_steps=100)
+    solver = _USER_ITERATE[name]()
+    assert type(solver).user_iterate
 
     def solve(b, y0):
         sol = lx.linear_solve(op, b, solver, options={"y0": y0}, throw=False)
@@ -144,23 +152,22 @@ def test_cg_s_iterate_in_the_user_s_units_gives_the_same_solution(layout, dtype)
     for exponent in (-30, 0, 7, 30):
         b = jnp.asarray(rng.normal(size=16) * 2.0**exponent, dtype)
         y0 = jnp.asarray(rng.normal(size=16) * 2.0 ** (exponent - 3), dtype)
-        assert lxd.CG.user_iterate
         got, steps = jax.jit(solve)(b, y0)
         try:
-            lxd.CG.user_iterate = False
+            type(solver).user_iterate = False
             want, want_steps = jax.jit(solve)(b, y0)
         finally:
-            lxd.CG.user_iterate = True
+            type(solver).user_iterate = True
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert int(steps) == int(want_steps)
 
 
-@pytest.mark.parametrize("layout", ["one_site", "inline"])
-def test_cg_multiplies_nothing_after_its_loop(layout):
+@pytest.mark.parametrize("name", list(_USER_ITERATE))
+def test_cg_and_gmres_multiply_nothing_after_their_loop(name):
     # The solution is the loop's iterate itself: no multiplication by the
     # right-hand side's power of two after the loop (a kernel of its own).
     op = lxd.MatrixLinearOperator(jnp.eye(8) * 2.0, _TAGS)
-    solver = lxd.CG(rtol=1e-5, atol=1e-5, layout=layout)
+    solver = _USER_ITERATE[name]()
     state = solver.init(op, {})
     closed = jax.make_jaxpr(lambda b: solver.compute(state, b, {})[0])(jnp.ones(8))
     (jaxpr, loop), *_ = _loop_inputs(closed.jaxpr)
@@ -176,3 +183,25 @@ def test_cg_multiplies_nothing_after_its_loop(layout):
             v for v in eqn.invars if not isinstance(v, jax.extend.core.Literal)
         )
     assert "mul" not in seen, seen
+
+
+@pytest.mark.parametrize("name", ["GMRES", "BiCGStab", "MINRES"])
+def test_a_finite_right_hand_side_is_checked_by_the_unit_s_reduction(name):
+    # The loop's `finite` flag comes from the reduction that finds the
+    # right-hand side's power of two (`rhs_unit_and_finite`): no reduction of
+    # `isfinite` before the loop.
+    op = lxd.MatrixLinearOperator(jnp.eye(8) * 2.0, _TAGS)
+    solver = _SOLVERS[name](1e-5)
+    state = solver.init(op, {})
+    closed = jax.make_jaxpr(lambda b: solver.compute(state, b, {})[0])(jnp.ones(8))
+    (jaxpr, loop), *_ = _loop_inputs(closed.jaxpr)
+    before = jaxpr.eqns[: jaxpr.eqns.index(loop)]
+    assert "is_finite" not in [
+        e.primitive.name for e in before if e.outvars[0].aval.shape
+    ]
+    for bad in (np.nan, np.inf, -np.inf):
+        b = jnp.ones(8).at[3].set(bad)
+        sol = jax.jit(lambda v: lx.linear_solve(op, v, solver, throw=False))(b)
+        assert sol.result == lx.RESULTS.nonfinite_input
+    sol = lx.linear_solve(op, jnp.ones(8), solver)
+    np.testing.assert_allclose(np.asarray(sol.value), 0.5, rtol=1e-5)

@@ -21,6 +21,7 @@ from ._flat_vectors import (
     all_finite,
     binary_scale,
     binary_scale_of_largest,
+    both,
     flat_mv,
     Flattener,
     largest_and_smallest,
@@ -54,6 +55,9 @@ class System(eqx.Module):
         `atol` of the user's is `atol / unit` here. `None` for no division.
     - `residual_of`: `w -> c - w` as the plain system computes it inside a loop
         (see `residual_in_units`); `None` for `rhs - w`.
+    - `rhs_finite`: whether `rhs` is finite, where the system knows it already
+        (`plain_system`, from the reduction of `rhs_unit_and_finite`); `None`
+        where `scale_of_rhs` reduces `rhs` for it.
     - `step_unit`: where the solver keeps its iterate in the user's units (see
         `plain_system(..., user_iterate=True)`), `unit`, by which it multiplies
         each step (a direction in the system's units) before adding it to the
@@ -67,6 +71,7 @@ class System(eqx.Module):
     split: Callable[[Array, Bool[Array, ""]], tuple[Array, Array]] | None = None
     unit: Array | None = None
     residual_of: Callable[[Array], Array] | None = None
+    rhs_finite: Bool[Array, ""] | None = None
     step_unit: Array | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
@@ -152,7 +157,8 @@ class System(eqx.Module):
         if self.rhs is None:
             shape = jax.eval_shape(scale, like)
             return jnp.zeros_like(shape), jnp.array(True)
-        return scale(self.rhs), all_finite(self.rhs)
+        finite = all_finite(self.rhs) if self.rhs_finite is None else self.rhs_finite
+        return scale(self.rhs), finite
 
     def from_first_residual(
         self,
@@ -199,11 +205,22 @@ def rhs_unit(b: Array) -> Array:
     divides exactly (no rounding, away from overflow and subnormals), so the
     iterates are the user's own, scaled.
     """
+    return rhs_unit_and_finite(b)[0]
+
+
+def rhs_unit_and_finite(b: Array) -> tuple[Array, Bool[Array, ""]]:
+    """`(rhs_unit(b), all_finite(b))`, for a real `b` both from one reduction:
+    `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself, and
+    `b` finite where both are (`lax.max` and `lax.min` propagate a NaN). A
+    solver whose loop needs both (GMRES, BiCGStab, MINRES) reads no further
+    reduction of `b`, nor `b / unit` as an array of its own (XLA:CPU compiles
+    `isfinite` ahead of a reduction as a kernel, the reduction as one or two
+    more)."""
     if b.size == 0 or jnp.iscomplexobj(b):
-        return binary_scale(b)
-    # `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself.
+        return binary_scale(b), all_finite(b)
     top, bottom = largest_and_smallest(b)
-    return binary_scale_of_largest(lax.max(top, lax.neg(bottom)))
+    finite = both(lax.is_finite(top), lax.is_finite(bottom))
+    return binary_scale_of_largest(lax.max(top, lax.neg(bottom))), finite
 
 
 def residual_in_units(
@@ -257,7 +274,7 @@ def plain_system(
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
-    unit = rhs_unit(b)
+    unit, finite = rhs_unit_and_finite(b)
     residual_of = residual_in_units(b, unit, user_iterate)
     b = b / unit.astype(b.dtype)
 
@@ -282,6 +299,7 @@ def plain_system(
         split=split,
         unit=unit,
         residual_of=residual_of,
+        rhs_finite=finite,
         step_unit=unit if user_iterate else None,
     )
     return system, y0_flat
