@@ -1,5 +1,5 @@
 """`packed_while_loop`: `lax.while_loop` with the state's scalars carried in one
-array per dtype (XLA:CPU compiles each array a loop returns as a kernel of its
+array per width (XLA:CPU compiles each array a loop returns as a kernel of its
 own). The same values as `lax.while_loop`, under jit and vmap."""
 
 from typing import NamedTuple
@@ -87,17 +87,45 @@ def test_the_same_values_under_vmap():
     assert len(set(np.asarray(got.step).tolist())) > 1
 
 
-def test_the_loop_carries_one_array_per_dtype_of_several_scalars():
+@pytest.mark.parametrize(
+    "dtype, want",
+    [
+        # The vector; the float32 `gamma` and `scale`, the three int32 scalars
+        # and the two booleans as one array of 32-bit integers.
+        (jnp.float32, [("float32", (4,)), ("int32", (7,))]),
+        # The complex scalars apart (by their dtype), the rest as above.
+        (jnp.complex64, [("complex64", (2,)), ("complex64", (4,)), ("int32", (5,))]),
+    ],
+)
+def test_the_loop_carries_one_array_per_width_of_several_scalars(dtype, want):
     jaxpr = jax.make_jaxpr(lambda x: packed_while_loop(_cond, _body, _init(x)))(
-        jnp.ones(4, jnp.float32)
+        jnp.ones(4, dtype)
     )
     (loop,) = [e for e in jaxpr.eqns if e.primitive is lax.while_p]
-    carried = [v.aval for v in loop.outvars]
-    shapes = sorted((str(a.dtype), a.shape) for a in carried)
-    # The vector; float32 `gamma` and `scale` as one array, the three int32
-    # scalars and the two booleans likewise.
-    want = [("bool", (2,)), ("float32", (2,)), ("float32", (4,)), ("int32", (3,))]
+    shapes = sorted((str(v.aval.dtype), v.aval.shape) for v in loop.outvars)
     assert shapes == want
+
+
+def test_carried_bits_come_back_as_they_went():
+    # Integers whose bits are subnormal floats or NaNs, and floats that are:
+    # carried by their bits, each comes back the same.
+    ints = jnp.array([0, 1, 5, -1, -4, 2**31 - 1, -(2**31)], jnp.int32)
+    floats = jnp.array([0.0, -0.0, 1e-45, 1e-40, jnp.inf, -jnp.inf, jnp.nan])
+
+    def body(c):
+        step, xs, ys = c
+        return step + 1, xs[::-1], ys[::-1]
+
+    def run(ints, floats):
+        init = (jnp.array(0, jnp.int32), tuple(ints), tuple(floats))
+        return packed_while_loop(lambda c: c[0] < 3, body, init)
+
+    _, got_ints, got_floats = jax.jit(run)(ints, floats)
+    want_ints, want_floats = ints[::-1], floats[::-1]
+    np.testing.assert_array_equal(np.stack(got_ints), np.asarray(want_ints))
+    got_bits = jax.lax.bitcast_convert_type(jnp.stack(got_floats), jnp.int32)
+    want_bits = jax.lax.bitcast_convert_type(want_floats, jnp.int32)
+    np.testing.assert_array_equal(np.asarray(got_bits), np.asarray(want_bits))
 
 
 def test_a_state_without_scalars_is_a_plain_while_loop():

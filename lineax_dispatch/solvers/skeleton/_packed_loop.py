@@ -1,13 +1,18 @@
-"""`lax.while_loop` with the loop state's scalars carried in one array per dtype.
+"""`lax.while_loop` with the loop state's scalars carried in one array per width.
 
 XLA:CPU compiles every array a loop body returns as the output of a kernel of
 its own, a scalar as much as a vector, and each kernel costs compile time
 (about 10 ms on a 2-core x86-64). A solver whose loop carries half a dozen
 scalars (step count, mode, `gamma`, ...) compiles half a dozen scalar kernels
-for them. Carried as one array per dtype, each group is one output: XLA fuses
-the scalar computations that produce it into one kernel (a concatenation of
-their values), and reads each scalar back by slicing, which fuses into the
-kernels that read it.
+for them. Carried as one array, they are one output: XLA fuses the scalar
+computations that produce it into one kernel (a concatenation of their values),
+and reads each scalar back by slicing, which fuses into the kernels that read
+it. Scalars of one width (32 or 64 bits: `float32`, `int32` and booleans
+together) share one array of signed integers, each stored by its bits
+(`lax.bitcast_convert_type`; a boolean as 0 or 1): a move of integers changes
+no bit, where a float32 array holding an integer's bits might meet a flush of
+subnormals or a canonical NaN. Other scalars (complex, 16-bit) are grouped by
+their dtype.
 
 The packing is XLA:CPU's alone (`on_xla_cpu`). On a TPU v5e our CG ran longer
 after the change that packed its loop than before it: in the families' held-out
@@ -24,24 +29,53 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jaxtyping import Array
 
 
 _Carry = TypeVar("_Carry")
 
 
+def _carrier(dtype: np.dtype) -> np.dtype:
+    """The dtype of the array that carries a scalar of `dtype`: the signed integer
+    of its width for a real or integer dtype of 32 or 64 bits and for a boolean
+    (32 bits), else `dtype` itself."""
+    if dtype == np.bool_:
+        return np.dtype(np.int32)
+    if dtype.kind in "fiu" and dtype.itemsize in (4, 8):
+        return np.dtype(f"int{8 * dtype.itemsize}")
+    return dtype
+
+
+def _to_carrier(leaf: Array, carrier: np.dtype) -> Array:
+    if leaf.dtype == carrier:
+        return leaf
+    if leaf.dtype == np.bool_:
+        return lax.convert_element_type(leaf, carrier)
+    return lax.bitcast_convert_type(leaf, carrier)
+
+
+def _from_carrier(value: Array, dtype: np.dtype) -> Array:
+    if value.dtype == dtype:
+        return value
+    if dtype == np.bool_:
+        return lax.ne(value, lax.full_like(value, 0))
+    return lax.bitcast_convert_type(value, dtype)
+
+
 class _Packing:
     """Where each leaf of a loop state goes: the scalars into one stacked array
-    per dtype (in the order first seen) where the dtype has more than one, every
-    other leaf as it is."""
+    per carrier (`_carrier`, in the order first seen) where it has more than
+    one, every other leaf as it is."""
 
     def __init__(self, state):
         leaves, self.treedef = jtu.tree_flatten(state)
+        self.dtypes = [np.dtype(jnp.result_type(leaf)) for leaf in leaves]
         groups: dict = {}
         for i, leaf in enumerate(leaves):
             if jnp.ndim(leaf) == 0:
-                groups.setdefault(jnp.result_type(leaf), []).append(i)
-        # (A dtype with one scalar gains nothing from packing.)
+                groups.setdefault(_carrier(self.dtypes[i]), []).append(i)
+        # (A carrier of one scalar gains nothing from packing.)
         self.groups = {d: where for d, where in groups.items() if len(where) > 1}
         chosen = {i for where in self.groups.values() for i in where}
         # Whether each leaf is carried packed.
@@ -50,8 +84,13 @@ class _Packing:
     def pack(self, state) -> tuple[list[Array], list]:
         leaves = self.treedef.flatten_up_to(state)
         packs = [
-            jnp.stack([jnp.asarray(leaves[i], dtype) for i in where])
-            for dtype, where in self.groups.items()
+            jnp.stack(
+                [
+                    _to_carrier(jnp.asarray(leaves[i], self.dtypes[i]), carrier)
+                    for i in where
+                ]
+            )
+            for carrier, where in self.groups.items()
         ]
         rest = [leaf for leaf, p in zip(leaves, self.packed) if not p]
         return packs, rest
@@ -61,7 +100,7 @@ class _Packing:
         leaves: list = [None] * len(self.packed)
         for pack, where in zip(packs, self.groups.values()):
             for k, i in enumerate(where):
-                leaves[i] = pack[k]
+                leaves[i] = _from_carrier(pack[k], self.dtypes[i])
         others = iter(rest)
         for i, p in enumerate(self.packed):
             if not p:
