@@ -5,6 +5,7 @@ plots and the results files. How they time and what the dense-layer chain is:
 docs/benchmarks.md, "How the benchmarks measure"."""
 
 import argparse
+import contextlib
 import gc
 import importlib.util
 import os
@@ -13,8 +14,9 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from unittest import mock
 
 import equinox as eqx
 import jax
@@ -36,6 +38,7 @@ from benchmarks.output import (  # re-exported: `harness.table`, `harness.save`.
     write_results as write_results,
 )
 from lineax_dispatch.program._compiled import RACE_THREADS
+from lineax_dispatch.solvers.skeleton import _flat_vectors, _linear_system
 
 
 SEED = 0
@@ -365,3 +368,19 @@ def fill_defaults(args: argparse.Namespace, full: dict, quick: dict) -> None:
     for name, value in full.items():
         if getattr(args, name) is None:
             setattr(args, name, quick.get(name, value) if args.quick else value)
+
+
+@contextlib.contextmanager
+def without_rhs_scaling() -> Iterator[None]:
+    """Within this context the solvers' systems divide the right-hand side by 1
+    rather than by its power of two (`rhs_unit_and_finite` patched; its
+    finiteness still read from `b`): for the ablations of `benchmarks.cg_compile`
+    and `benchmarks.solver_kernels`, which say what the scaling costs to
+    compile. Not a setting: a right-hand side whose squared norm overflows is
+    then not solved."""
+
+    def unit_and_finite(b):
+        return jnp.ones((), jnp.finfo(b.dtype).dtype), _flat_vectors.all_finite(b)
+
+    with mock.patch.object(_linear_system, "rhs_unit_and_finite", unit_and_finite):
+        yield

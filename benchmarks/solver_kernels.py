@@ -43,14 +43,12 @@ import re
 import statistics
 import time
 from collections.abc import Callable
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
 import lineax as lx
 
 import lineax_dispatch as lxd
-from lineax_dispatch.solvers.skeleton import _linear_system
 
 from . import families_cases as fc, harness, preconditioners_cases as pc
 
@@ -160,10 +158,8 @@ def _compile(
     """`(seconds, optimised HLO text)` of one fresh program's compile; ours with
     CG's `settings`, and without the scaling of the right-hand side where
     `unscaled`."""
-    unit = mock.patch.object(
-        _linear_system, "rhs_unit", lambda b: jnp.ones((), jnp.finfo(b.dtype).dtype)
-    )
-    with jax.enable_x64(program in X64), unit if unscaled else contextlib.nullcontext():
+    unit = harness.without_rhs_scaling() if unscaled else contextlib.nullcontext()
+    with jax.enable_x64(program in X64), unit:
         f, args = PROGRAMS[program](variant, settings or {})
         lowered = jax.jit(f).lower(*args)
     start = time.perf_counter()

@@ -109,3 +109,22 @@ def test_make_demo_writes_no_tracked_file():
         path = f"{folder}/{name}"
         assert _git("check-ignore", "-q", path).returncode == 0, f"{path} not ignored"
         assert _git("ls-files", "--error-unmatch", path).returncode != 0
+
+
+def test_the_ablations_without_scaling_divide_by_one():
+    # `benchmarks.cg_compile` and `benchmarks.solver_kernels` patch the scaling
+    # out by name: the system built inside the context divides by 1.
+    import jax.numpy as jnp
+    import lineax as lx
+
+    import lineax_dispatch as lxd
+    from benchmarks import harness
+    from lineax_dispatch.solvers.skeleton._linear_system import plain_system
+
+    op = lxd.MatrixLinearOperator(jnp.eye(4) * 3.0)
+    b = jnp.full(4, 1e10)
+    assert float(plain_system(op, b, None)[0].unit) != 1.0
+    with harness.without_rhs_scaling():
+        system, _ = plain_system(op, b, None)
+    assert float(system.unit) == 1.0
+    assert lx.linear_solve(op, b, lxd.GMRES(1e-6, 1e-6)).result == lx.RESULTS.successful
