@@ -122,6 +122,44 @@ def test_the_residual_update_takes_a_cond_where_the_runs_repay_it():
         lxd.CG(1e-5, 1e-5, residual_update="maybe")
 
 
+def _eqns_below(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield jaxpr, eqn
+        for param in eqn.params.values():
+            for each in param if isinstance(param, tuple) else (param,):
+                inner = getattr(each, "jaxpr", each)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    yield from _eqns_below(inner)
+
+
+def test_the_residual_update_s_cond_selects_its_coefficient_itself():
+    # The one-site loop's `cond` reads the step length and whether the step was
+    # taken, not the coefficient selected from them: an operand of a `cond` is a
+    # value XLA:CPU computes in a kernel of its own.
+    solver = lxd.CG(1e-5, 1e-5, layout="one_site", residual_update="cond")
+    op = lxd.MatrixLinearOperator(jnp.eye(8) * 2.0, _PSD)
+    state = solver.init(op, {})
+    closed = jax.make_jaxpr(lambda b: solver.compute(state, b, {})[0])(jnp.ones(8))
+    conds = []
+    for jaxpr, eqn in _eqns_below(closed.jaxpr):
+        if eqn.primitive is lax.cond_p and any(
+            v.aval.shape == (8,) for v in eqn.outvars
+        ):
+            made_by = {v: e for e in jaxpr.eqns for v in e.outvars}
+            conds.append([made_by.get(v) for v in eqn.invars[1:]])
+    assert conds
+    for producers in conds:
+        for eqn in producers:
+            scalar_select = (
+                eqn is not None
+                and eqn.primitive is lax.select_n_p
+                and eqn.outvars[0].aval.shape == ()
+            )
+            assert not scalar_select, eqn
+    sol = lx.linear_solve(op, jnp.arange(8.0), solver)
+    np.testing.assert_allclose(np.asarray(sol.value), np.arange(8.0) / 2, rtol=1e-6)
+
+
 def test_off_the_cpu_auto_takes_one_site_and_one_expression(monkeypatch):
     """The inline layout and the `cond` update are XLA:CPU's: on another backend
     `"auto"` takes the one-site loop and the update as one expression, where the

@@ -1,6 +1,5 @@
 """`packed_while_loop`: `lax.while_loop` with the state's scalars carried in one
-array per width (XLA:CPU compiles each array a loop returns as a kernel of its
-own). The same values as `lax.while_loop`, under jit and vmap."""
+array (XLA:CPU compiles each array a loop returns as a kernel of its own). The same values as `lax.while_loop`, under jit and vmap."""
 
 from typing import NamedTuple
 
@@ -93,11 +92,14 @@ def test_the_same_values_under_vmap():
         # The vector; the float32 `gamma` and `scale`, the three int32 scalars
         # and the two booleans as one array of 32-bit integers.
         (jnp.float32, [("float32", (4,)), ("int32", (7,))]),
+        # The float64 scalars with the int32 ones and the booleans: one array
+        # of 64-bit integers.
+        (jnp.float64, [("float64", (4,)), ("int64", (7,))]),
         # The complex scalars apart (by their dtype), the rest as above.
         (jnp.complex64, [("complex64", (2,)), ("complex64", (4,)), ("int32", (5,))]),
     ],
 )
-def test_the_loop_carries_one_array_per_width_of_several_scalars(dtype, want):
+def test_the_loop_carries_one_array_of_its_real_and_integer_scalars(dtype, want):
     jaxpr = jax.make_jaxpr(lambda x: packed_while_loop(_cond, _body, _init(x)))(
         jnp.ones(4, dtype)
     )
@@ -126,6 +128,39 @@ def test_carried_bits_come_back_as_they_went():
     got_bits = jax.lax.bitcast_convert_type(jnp.stack(got_floats), jnp.int32)
     want_bits = jax.lax.bitcast_convert_type(want_floats, jnp.int32)
     np.testing.assert_array_equal(np.asarray(got_bits), np.asarray(want_bits))
+
+
+def test_narrower_bits_in_a_wider_carrier_come_back_as_they_went():
+    # 32-bit values (integers at their extremes, unsigned ones past int32's
+    # range, floats that are subnormal or NaN) carried beside a float64 scalar,
+    # in an array of 64-bit integers: each comes back with its bits.
+    ints = jnp.array([0, -1, 2**31 - 1, -(2**31)], jnp.int32)
+    unsigned = jnp.array([0, 2**31, 2**32 - 1], jnp.uint32)
+    floats = jnp.array([-0.0, 1e-45, 1e-40, jnp.inf, jnp.nan], jnp.float32)
+    wide = jnp.array([5e-324, jnp.nan], jnp.float64)
+
+    def body(c):
+        step, *rest = c
+        return (step + 1, *(xs[::-1] for xs in rest))
+
+    def run(*arrays):
+        init = (jnp.array(0, jnp.int32), *(tuple(a) for a in arrays))
+        return packed_while_loop(lambda c: c[0] < 3, body, init)
+
+    jaxpr = jax.make_jaxpr(run)(ints, unsigned, floats, wide)
+    (loop,) = [e for e in jaxpr.eqns if e.primitive is lax.while_p]
+    assert [(str(v.aval.dtype), v.aval.shape) for v in loop.outvars] == [
+        ("int64", (15,))
+    ]
+    _, *got = jax.jit(run)(ints, unsigned, floats, wide)
+    for given, back in zip((ints, unsigned, floats, wide), got):
+        back = jnp.stack(back)
+        assert back.dtype == given.dtype
+        kind = jnp.int64 if given.dtype.itemsize == 8 else jnp.int32
+        np.testing.assert_array_equal(
+            np.asarray(lax.bitcast_convert_type(back, kind)),
+            np.asarray(lax.bitcast_convert_type(given[::-1], kind)),
+        )
 
 
 def test_a_state_without_scalars_is_a_plain_while_loop():

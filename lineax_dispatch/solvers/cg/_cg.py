@@ -322,7 +322,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         diff = select(step_taken, system.in_iterate_units(lax.mul(alpha, p)), s.diff)
         y = select(step_taken, lax.add(s.y, diff), s.y)
         r = system.updated_residual(
-            pending, out, product, s.r, select(step_taken, alpha, 0), self.in_cond(s.r)
+            pending, out, product, s.r, alpha, step_taken, self.in_cond(s.r)
         )
         step = lax.add(s.step, lax.convert_element_type(step_taken, s.step.dtype))
         if self.stabilise_every is None:

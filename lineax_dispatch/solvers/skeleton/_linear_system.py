@@ -93,10 +93,12 @@ class System(eqx.Module):
         product: Array,
         r: Array,
         coef: Array,
+        taken: Bool[Array, ""],
         in_cond: bool,
     ) -> Array:
         """From a pass's `(out, product) = apply_split(x, residual)`: the residual
-        `out` where `residual` is true, else `r - coef * product`.
+        `out` where `residual` is true, else `r - coef * product` where the step
+        was `taken`, else `r`.
 
         A select between the two, except for the plain system where `in_cond`:
         there a `lax.cond` whose branches read `N x` (the `mv`'s output) as
@@ -104,19 +106,23 @@ class System(eqx.Module):
         `mv`'s own operations into the update and computes them a second time
         there, from `UPDATE_IN_COND` unknowns on; the `cond` costs more compile
         (CG's `residual_update` weighs the two: `cg/_layout_choice.py`; the
-        figures are `python -m benchmarks.steady`'s).
+        figures are `python -m benchmarks.steady`'s). The branch reads `taken`
+        and `coef` as they are, and selects the coefficient itself: selected
+        before, the coefficient is an operand of the `cond`, which XLA:CPU
+        computes in a kernel of its own.
         """
         rhs = self.rhs
         if self.split is None or rhs is None or not in_cond:
-            return select(residual, out, r - coef * product)
+            return select(residual, out, r - select(taken, coef, 0) * product)
         residual_of = self.residual_of or (lambda w: rhs - w)
         return lax.cond(
             residual,
-            lambda w, r, coef: residual_of(w),
-            lambda w, r, coef: r - coef * w,
+            lambda w, r, coef, taken: residual_of(w),
+            lambda w, r, coef, taken: r - select(taken, coef, 0) * w,
             product,
             r,
             coef,
+            taken,
         )
 
     def total(self, y: Array) -> Array:

@@ -7,12 +7,15 @@ scalars (step count, mode, `gamma`, ...) compiles half a dozen scalar kernels
 for them. Carried as one array, they are one output: XLA fuses the scalar
 computations that produce it into one kernel (a concatenation of their values),
 and reads each scalar back by slicing, which fuses into the kernels that read
-it. Scalars of one width (32 or 64 bits: `float32`, `int32` and booleans
-together) share one array of signed integers, each stored by its bits
-(`lax.bitcast_convert_type`; a boolean as 0 or 1): a move of integers changes
-no bit, where a float32 array holding an integer's bits might meet a flush of
-subnormals or a canonical NaN. Other scalars (complex, 16-bit) are grouped by
-their dtype.
+it. The real, integer and boolean scalars of 32 and 64 bits share one array
+of signed integers of the widest of their widths, each stored by its bits
+(`lax.bitcast_convert_type`; a boolean as 0 or 1; a 32-bit value in a 64-bit
+array by the sign extension of its bits, which narrowing undoes exactly): a
+move of integers changes no bit, where a float32 array holding an integer's
+bits might meet a flush of subnormals or a canonical NaN. One array rather than
+one per width: a float64 solver's loop carries `int32` counters beside its
+`float64` scalars, and each array is a kernel. Other scalars (complex, 16-bit)
+are grouped by their dtype.
 
 The packing is XLA:CPU's alone (`on_xla_cpu`). On a TPU v5e our CG ran longer
 after the change that packed its loop than before it: in the families' held-out
@@ -36,15 +39,15 @@ from jaxtyping import Array
 _Carry = TypeVar("_Carry")
 
 
-def _carrier(dtype: np.dtype) -> np.dtype:
-    """The dtype of the array that carries a scalar of `dtype`: the signed integer
-    of its width for a real or integer dtype of 32 or 64 bits and for a boolean
-    (32 bits), else `dtype` itself."""
+def _width(dtype: np.dtype) -> int | None:
+    """The bits of the signed integer that carries a scalar of `dtype` by its
+    bits: 32 for a boolean and for a real or integer dtype of 32 bits, 64 for one
+    of 64 bits, `None` for any other (complex, 16-bit)."""
     if dtype == np.bool_:
-        return np.dtype(np.int32)
+        return 32
     if dtype.kind in "fiu" and dtype.itemsize in (4, 8):
-        return np.dtype(f"int{8 * dtype.itemsize}")
-    return dtype
+        return 8 * dtype.itemsize
+    return None
 
 
 def _to_carrier(leaf: Array, carrier: np.dtype) -> Array:
@@ -52,7 +55,9 @@ def _to_carrier(leaf: Array, carrier: np.dtype) -> Array:
         return leaf
     if leaf.dtype == np.bool_:
         return lax.convert_element_type(leaf, carrier)
-    return lax.bitcast_convert_type(leaf, carrier)
+    own = np.dtype(f"int{8 * leaf.dtype.itemsize}")
+    bits = leaf if leaf.dtype == own else lax.bitcast_convert_type(leaf, own)
+    return lax.convert_element_type(bits, carrier)  # sign-extended where wider
 
 
 def _from_carrier(value: Array, dtype: np.dtype) -> Array:
@@ -60,21 +65,27 @@ def _from_carrier(value: Array, dtype: np.dtype) -> Array:
         return value
     if dtype == np.bool_:
         return lax.ne(value, lax.full_like(value, 0))
-    return lax.bitcast_convert_type(value, dtype)
+    own = np.dtype(f"int{8 * dtype.itemsize}")
+    bits = lax.convert_element_type(value, own)  # exact: the bits came in so
+    return bits if dtype == own else lax.bitcast_convert_type(bits, dtype)
 
 
 class _Packing:
     """Where each leaf of a loop state goes: the scalars into one stacked array
-    per carrier (`_carrier`, in the order first seen) where it has more than
+    per carrier (the signed integer of the widest `_width` for those that have
+    one, else their own dtype; in the order first seen) where it has more than
     one, every other leaf as it is."""
 
     def __init__(self, state):
         leaves, self.treedef = jtu.tree_flatten(state)
         self.dtypes = [np.dtype(jnp.result_type(leaf)) for leaf in leaves]
+        scalars = [i for i, leaf in enumerate(leaves) if jnp.ndim(leaf) == 0]
+        widths = {i: _width(self.dtypes[i]) for i in scalars}
+        widest = max((w for w in widths.values() if w is not None), default=None)
         groups: dict = {}
-        for i, leaf in enumerate(leaves):
-            if jnp.ndim(leaf) == 0:
-                groups.setdefault(_carrier(self.dtypes[i]), []).append(i)
+        for i in scalars:
+            carrier = self.dtypes[i] if widths[i] is None else f"int{widest}"
+            groups.setdefault(np.dtype(carrier), []).append(i)
         # (A carrier of one scalar gains nothing from packing.)
         self.groups = {d: where for d, where in groups.items() if len(where) > 1}
         chosen = {i for where in self.groups.values() for i in where}
