@@ -100,7 +100,6 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
     # fails for the Krylov basis sharded over an Explicit mesh axis (jax 0.10.2
     # and 0.12.0.1).
     vmaps_explicit_axes: ClassVar[bool] = False
-    user_iterate: ClassVar[bool] = True
 
     rtol: float
     atol: float
@@ -201,8 +200,7 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         x = jnp.where(pending, s.y, s.basis[s.j])
         w = precond(system.apply(x, pending))
         residual = ft.partial(self._residual_pass, system, c)
-        arnoldi = ft.partial(_arnoldi_pass, c, system.in_iterate_units)
-        return lax.cond(pending, residual, arnoldi, s, w)
+        return lax.cond(pending, residual, ft.partial(_arnoldi_pass, c), s, w)
 
     def _residual_pass(
         self, system: System, c: _Constants, s: _Loop, w: Array
@@ -244,13 +242,9 @@ class GMRES(AbstractOneSiteSolver[_GMRESState]):
         return s._replace(iterate=iterate)
 
 
-def _arnoldi_pass(
-    c: _Constants, in_iterate_units: Callable[[Array], Array], s: _Loop, w: Array
-) -> _Loop:
+def _arnoldi_pass(c: _Constants, s: _Loop, w: Array) -> _Loop:
     """The state after an Arnoldi pass that computed `w = M A q_j`: the basis
-    extended by one vector, and at the cycle's end the update of the iterate
-    (a combination of the basis, in the iterate's units: `in_iterate_units`,
-    as `System.in_iterate_units`)."""
+    extended by one vector, and at the cycle's end the update of the iterate."""
     j, basis = s.j, s.basis
     # `w` is of the operator's scale: its norms are taken scaled (`scaled_norm`).
     step_norm = scaled_norm(w)
@@ -267,7 +261,6 @@ def _arnoldi_pass(
     done = (j >= c.restart) | breakdown
     finish = ft.partial(_cycle_update, c, s.r_norm)
     diff = lax.cond(done, finish, lambda h, b: jnp.zeros_like(s.y), hess, basis)
-    diff = in_iterate_units(diff)
     return s._replace(
         y=jnp.where(done, s.y + diff, s.y),
         diff=jnp.where(done, diff, s.diff),

@@ -112,7 +112,9 @@ def test_carried_bits_come_back_as_they_went():
     # Integers whose bits are subnormal floats or NaNs, and floats that are:
     # carried by their bits, each comes back the same.
     ints = jnp.array([0, 1, 5, -1, -4, 2**31 - 1, -(2**31)], jnp.int32)
-    floats = jnp.array([0.0, -0.0, 1e-45, 1e-40, jnp.inf, -jnp.inf, jnp.nan])
+    floats = jnp.array(
+        [0.0, -0.0, 1e-45, 1e-40, jnp.inf, -jnp.inf, jnp.nan], jnp.float32
+    )
 
     def body(c):
         step, xs, ys = c
@@ -161,6 +163,23 @@ def test_narrower_bits_in_a_wider_carrier_come_back_as_they_went():
             np.asarray(lax.bitcast_convert_type(back, kind)),
             np.asarray(lax.bitcast_convert_type(given[::-1], kind)),
         )
+
+
+def test_a_key_in_the_state_is_carried_as_it_is():
+    def body(c):
+        step, key, total = c
+        key, sub = jax.random.split(key)
+        return step + 1, key, total + jax.random.uniform(sub, dtype=jnp.float32)
+
+    init = (jnp.array(0, jnp.int32), jax.random.key(3), jnp.array(0.0, jnp.float32))
+    cond = lambda c: c[0] < 4
+    got = jax.jit(lambda i: packed_while_loop(cond, body, i))(init)
+    want = jax.jit(lambda i: lax.while_loop(cond, body, i))(init)
+    assert int(got[0]) == 4 and float(got[2]) == float(want[2])
+    np.testing.assert_array_equal(
+        np.asarray(jax.random.key_data(got[1])),
+        np.asarray(jax.random.key_data(want[1])),
+    )
 
 
 def test_a_state_without_scalars_is_a_plain_while_loop():

@@ -91,10 +91,9 @@ class CG(AbstractOneSiteSolver[_CGState]):
     unit of `<M r, r>` seen so far, rather than with `<M r, r>` itself as lineax
     does: its verdict does not change when the operator, the right-hand side or
     the preconditioner is scaled. The right-hand side is divided by a power of two
-    near its largest entry before the loop, and with it the residuals and search
-    directions (the iterate stays in the user's units, each step multiplied
-    back): the inner products neither overflow nor underflow for a `b` whose
-    squared norm would.
+    near its largest entry before the loop (and the solution multiplied back):
+    the inner products neither overflow nor underflow for a `b` whose squared
+    norm would.
 
     Each of those residual passes is a whole iteration of the loop. Where a copy of
     `mv` compiles cheaply and the solve runs many times, the inline layout
@@ -136,7 +135,6 @@ class CG(AbstractOneSiteSolver[_CGState]):
     """
 
     psd_preconditioner: ClassVar[bool] = True
-    user_iterate: ClassVar[bool] = True
 
     rtol: float
     atol: float
@@ -319,7 +317,7 @@ class CG(AbstractOneSiteSolver[_CGState]):
         stepping = negated(pending)
         step_taken = both(stepping, ok)
         bad = both(stepping, negated(ok))
-        diff = select(step_taken, system.in_iterate_units(lax.mul(alpha, p)), s.diff)
+        diff = select(step_taken, lax.mul(alpha, p), s.diff)
         y = select(step_taken, lax.add(s.y, diff), s.y)
         r = system.updated_residual(
             pending, out, product, s.r, alpha, step_taken, self.in_cond(s.r)

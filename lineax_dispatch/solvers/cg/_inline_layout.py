@@ -139,7 +139,7 @@ def _inline_step(c: _Inline, s: InlineLoop) -> InlineLoop:
     ok, code, alpha, stiffness = curvature_test(
         s.p, product, s.gamma, c.rcond, s.stiffness
     )
-    diff = select(ok, c.system.in_iterate_units(lax.mul(alpha, s.p)), s.diff)
+    diff = select(ok, lax.mul(alpha, s.p), s.diff)
     y = select(ok, lax.add(s.y, diff), s.y)
     r = _updated(ok, s.r, product, alpha, solver.in_cond(s.r))
     measured = c.measured(y, r, diff)

@@ -58,10 +58,6 @@ class System(eqx.Module):
     - `rhs_finite`: whether `rhs` is finite, where the system knows it already
         (`plain_system`, from the reduction of `rhs_unit_and_finite`); `None`
         where `scale_of_rhs` reduces `rhs` for it.
-    - `step_unit`: where the solver keeps its iterate in the user's units (see
-        `plain_system(..., user_iterate=True)`), `unit`, by which it multiplies
-        each step (a direction in the system's units) before adding it to the
-        iterate; `None` where the iterate is in the system's units.
     """
 
     apply: Callable[[Array, Bool[Array, ""]], Array]
@@ -72,7 +68,6 @@ class System(eqx.Module):
     unit: Array | None = None
     residual_of: Callable[[Array], Array] | None = None
     rhs_finite: Bool[Array, ""] | None = None
-    step_unit: Array | None = None
 
     def apply_split(self, x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
         """`(apply(x, residual), product)` from one `mv`, where `product` is `N x`
@@ -128,20 +123,6 @@ class System(eqx.Module):
     def total(self, y: Array) -> Array:
         """The solution of the user's problem for the system's iterate `y`."""
         return y if self.offset is None else self.offset + y
-
-    def in_iterate_units(self, step: Array) -> Array:
-        """`step`, a step in the system's units (a multiple of a search
-        direction), in the units of the iterate (see `step_unit`)."""
-        if self.step_unit is None:
-            return step
-        return lax.mul(step, self.step_unit.astype(step.dtype))
-
-    @property
-    def iterate_unit(self) -> Array | None:
-        """The power of two by which the loop's final iterate is multiplied to
-        give the user's solution: `unit` where the iterate is in the system's
-        units, else `None`."""
-        return None if self.step_unit is not None else self.unit
 
     def scale_of_rhs(
         self, scale: Callable[[Array], Array], like: Array | jax.ShapeDtypeStruct
@@ -229,20 +210,14 @@ def rhs_unit_and_finite(b: Array) -> tuple[Array, Bool[Array, ""]]:
     return binary_scale_of_largest(lax.max(top, lax.neg(bottom))), finite
 
 
-def residual_in_units(
-    b: Array, unit: Array, user_iterate: bool = False
-) -> Callable[[Array], Array]:
+def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:
     """`w -> b / unit - w` for the power of two `unit`, computed as
     `(b - w unit) / unit`: the same values (scaling by a power of two is exact,
     away from overflow and subnormals), but reading the user's `b` rather than
     `b / unit`, which a loop would read as an array computed before it (XLA
     moves a computation that does not change in the loop out of it): a kernel
-    of its own and an array more in the loop's state. Where `user_iterate`, `w`
-    is the product of an iterate in the user's units (`w unit` above), and the
-    residual is `(b - w) / unit`."""
+    of its own and an array more in the loop's state."""
     u = unit.astype(b.dtype)
-    if user_iterate:
-        return lambda w: lax.div(lax.sub(b, w), u)
     return lambda w: lax.div(lax.sub(b, lax.mul(w, u)), u)
 
 
@@ -259,29 +234,23 @@ def flatteners(
 
 
 def plain_system(
-    operator: lx.AbstractLinearOperator,
-    vector: PyTree[Array],
-    y0: PyTree | None,
-    user_iterate: bool = False,
+    operator: lx.AbstractLinearOperator, vector: PyTree[Array], y0: PyTree | None
 ) -> tuple[System, Array]:
     """The system `A y = b / unit`, and the flat starting point `y0 / unit`, for
     the power of two `unit = rhs_unit(b)` (`System.unit`). (`N` is `A`; the
     operator is square for every solver but `LSMR`.)
 
-    Where `user_iterate`, the solver keeps its iterate in the user's units (the
-    residual, the directions and the inner products in the system's): the
-    starting point is `y0` itself, the residual of an iterate `y` is
-    `(b - A y) / unit`, and each step is multiplied by `unit`
-    (`System.in_iterate_units`) before it is added to `y`. The same values (a
-    power of two scales exactly, away from overflow and subnormals), without
-    the division of `y0` and the multiplication of the solution after the loop:
-    two kernels fewer to compile, and no `unit` in the update's tolerance
-    `atol + rtol |y|`."""
+    The iterate stays in the system's units, the solution multiplied back after
+    the loop: kept in the user's units instead (each step multiplied by `unit`
+    as it is added), a float32 solve whose solution is within a few powers of
+    ten of float32's smallest normal number took steps that XLA:CPU flushes to
+    zero, and its update's tolerance `rtol |y|` with them
+    (`tests/solvers/test_units.py`)."""
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)
     b = out_flat.ravel(vector)
     unit, finite = rhs_unit_and_finite(b)
-    residual_of = residual_in_units(b, unit, user_iterate)
+    residual_of = residual_in_units(b, unit)
     b = b / unit.astype(b.dtype)
 
     def split(x: Array, residual: Bool[Array, ""]) -> tuple[Array, Array]:
@@ -293,8 +262,6 @@ def plain_system(
 
     if y0 is None:
         y0_flat = flat.zeros()
-    elif user_iterate:
-        y0_flat = flat.ravel(y0)
     else:
         y0_flat = flat.ravel(y0) / unit.astype(flat.dtype)
     system = System(
@@ -306,7 +273,6 @@ def plain_system(
         unit=unit,
         residual_of=residual_of,
         rhs_finite=finite,
-        step_unit=unit if user_iterate else None,
     )
     return system, y0_flat
 

@@ -88,9 +88,6 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
     # tagged positive semidefinite.
     takes_preconditioner: ClassVar[bool] = True
     psd_preconditioner: ClassVar[bool] = False
-    # Whether the loop keeps its iterate in the user's units (adding each step
-    # through `System.in_iterate_units`): see `plain_system`.
-    user_iterate: ClassVar[bool] = False
     # Whether `vmap` can batch the solve of vectors sharded over an Explicit mesh
     # axis (`batch_solve` solves them one after another where it cannot).
     vmaps_explicit_axes: ClassVar[bool] = True
@@ -188,7 +185,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
                 f"`options['preconditioner']` of `{name}` must be tagged positive "
                 "semidefinite (`lx.positive_semidefinite_tag`)."
             )
-        system, y0_flat = plain_system(operator, vector, y0, self.user_iterate)
+        system, y0_flat = plain_system(operator, vector, y0)
         precond = flat_preconditioner(preconditioner, system.flat)
         y, result, stats = self.run_system(system, precond, y0_flat)
         return y, result, stats, system.flat
@@ -204,8 +201,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
 
         Where the system's right-hand side was divided by a power of two
         (`system.unit`), the loop's tolerances are in those units (see
-        `_tolerance`) and the solution it returns is multiplied back, unless the
-        loop kept it in the user's units (`System.step_unit`).
+        `_tolerance`) and the solution it returns is multiplied back.
 
         **Arguments:** as for `solve_system`.
 
@@ -215,9 +211,8 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         """
         with own_code():
             y, result, stats = self.solve_system(system, precond, y0)
-        unit = system.iterate_unit
-        if unit is not None:
-            y = y * unit.astype(y.dtype)
+        if system.unit is not None:
+            y = y * system.unit.astype(y.dtype)
         return y, result, stats
 
     def in_units(self, unit: Array | None) -> "AbstractOneSiteSolver":
@@ -272,9 +267,9 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         return (self.residual_norm(system, state) > 1) | (update > 1)
 
     def _y_scale(self, system: System, state: Residuals) -> Array:
-        """`atol + rtol * |y|`, elementwise, in the units of the iterate: the
-        scale of the update's test."""
-        return self._tolerance(system.total(state.y), system.iterate_unit)
+        """`atol + rtol * |y|`, elementwise, in the system's units: the scale of
+        the update's test."""
+        return self._tolerance(system.total(state.y), system.unit)
 
     def _tolerance(self, x: Array, unit: Array | None = None) -> Array:
         """`atol + rtol * |x|`, elementwise, for `x` in the units of a system whose

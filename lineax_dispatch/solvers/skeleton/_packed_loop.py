@@ -78,9 +78,15 @@ class _Packing:
 
     def __init__(self, state):
         leaves, self.treedef = jtu.tree_flatten(state)
-        self.dtypes = [np.dtype(jnp.result_type(leaf)) for leaf in leaves]
-        scalars = [i for i, leaf in enumerate(leaves) if jnp.ndim(leaf) == 0]
-        widths = {i: _width(self.dtypes[i]) for i in scalars}
+        self.dtypes = [jnp.result_type(leaf) for leaf in leaves]
+        # (A key or another extended dtype has no bits to carry: left as it is.)
+        scalars = [
+            i
+            for i, leaf in enumerate(leaves)
+            if jnp.ndim(leaf) == 0
+            and not jnp.issubdtype(self.dtypes[i], jax.dtypes.extended)
+        ]
+        widths = {i: _width(np.dtype(self.dtypes[i])) for i in scalars}
         widest = max((w for w in widths.values() if w is not None), default=None)
         groups: dict = {}
         for i in scalars:
@@ -135,6 +141,12 @@ def packed_while_loop(
     state's scalars carried packed on the CPU (see the module's docstring). The functions
     see the state as `init_val` is structured; each scalar keeps the dtype it has
     in `init_val` (a weakly typed one comes back strongly typed).
+
+    Not for a loop that is differentiated: a scalar carried by its bits carries
+    no tangent, so forward-mode differentiation through the loop gives zero
+    where `lax.while_loop` gives the derivative. (The solvers' loops run inside
+    lineax's `linear_solve`, whose rules differentiate the solve without
+    differentiating its loop.)
 
     **Arguments:** as for `lax.while_loop`.
 
