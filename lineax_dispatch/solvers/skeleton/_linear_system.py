@@ -242,9 +242,9 @@ def plain_system(
 
     The iterate stays in the system's units, the solution multiplied back after
     the loop: kept in the user's units instead (each step multiplied by `unit`
-    as it is added), a float32 solve whose solution is within a few powers of
-    ten of float32's smallest normal number took steps that XLA:CPU flushes to
-    zero, and its update's tolerance `rtol |y|` with them
+    as it is added), a float32 solve whose solution lies within a few powers of
+    ten of float32's smallest normal number would take steps that XLA:CPU
+    flushes to zero, and its update's tolerance `rtol |y|` with them
     (`tests/solvers/test_units.py`)."""
     flat, out_flat = flatteners(operator, vector)
     mv = flat_mv(operator, flat, out_flat)

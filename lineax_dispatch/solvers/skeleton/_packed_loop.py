@@ -1,4 +1,4 @@
-"""`lax.while_loop` with the loop state's scalars carried in one array per width.
+"""`lax.while_loop` with the loop state's scalars carried in one array.
 
 XLA:CPU compiles every array a loop body returns as the output of a kernel of
 its own, a scalar as much as a vector, and each kernel costs compile time
