@@ -123,13 +123,11 @@ def test_the_residual_update_takes_a_cond_where_the_runs_repay_it():
 
 
 def _eqns_below(jaxpr):
+    """Each equation of `jaxpr` at any depth, with the jaxpr that holds it."""
     for eqn in jaxpr.eqns:
         yield jaxpr, eqn
-        for param in eqn.params.values():
-            for each in param if isinstance(param, tuple) else (param,):
-                inner = getattr(each, "jaxpr", each)
-                if isinstance(inner, jax.extend.core.Jaxpr):
-                    yield from _eqns_below(inner)
+        for inner in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _eqns_below(inner)
 
 
 def test_the_residual_update_s_cond_selects_its_coefficient_itself():

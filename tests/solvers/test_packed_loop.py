@@ -1,5 +1,6 @@
 """`packed_while_loop`: `lax.while_loop` with the state's scalars carried in one
-array (XLA:CPU compiles each array a loop returns as a kernel of its own). The same values as `lax.while_loop`, under jit and vmap."""
+array (XLA:CPU compiles each array a loop returns as a kernel of its own). The
+same values as `lax.while_loop`, under jit and vmap."""
 
 from typing import NamedTuple
 
