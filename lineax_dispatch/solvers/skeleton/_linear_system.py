@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
@@ -219,6 +220,26 @@ def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:
     of its own and an array more in the loop's state."""
     u = unit.astype(b.dtype)
     return lambda w: lax.div(lax.sub(b, lax.mul(w, u)), u)
+
+
+def in_user_units(y: Array, unit: Array) -> Array:
+    """`y * unit`, the solution of a system whose right-hand side was divided by
+    the power of two `unit`, in a `lax.cond` taken where `unit` is not 1: the
+    product is a kernel of its own rather than fused into the kernels that read
+    the solution (XLA:CPU compiles each distinct kernel once; fused, a second
+    solve's preparation and every `mv` of a solution differ from the same
+    computations on an argument, and compile again), and where `unit` is 1 no
+    product is computed. Under `vmap` the `cond` is taken where any vector's
+    `unit` is not 1 (`nonbatchable(unvmap_any(...))`), and multiplies each by
+    its own, exactly 1 for the rest: no select of the two."""
+    scaled = lax.ne(unit, jnp.ones((), unit.dtype))
+    return lax.cond(
+        eqxi.nonbatchable(eqxi.unvmap_any(scaled)),
+        lambda y, u: lax.mul(y, u.astype(y.dtype)),
+        lambda y, u: y,
+        y,
+        unit,
+    )
 
 
 def flatteners(

@@ -31,6 +31,7 @@ from ._flat_vectors import (
 )
 from ._linear_system import (
     flat_preconditioner,
+    in_user_units,
     LoopEnd,
     plain_system,
     Residuals,
@@ -212,7 +213,7 @@ class AbstractOneSiteSolver(lx.AbstractLinearSolver[_State], Generic[_State]):
         with own_code():
             y, result, stats = self.solve_system(system, precond, y0)
         if system.unit is not None:
-            y = y * system.unit.astype(y.dtype)
+            y = in_user_units(y, system.unit)
         return y, result, stats
 
     def in_units(self, unit: Array | None) -> "AbstractOneSiteSolver":
