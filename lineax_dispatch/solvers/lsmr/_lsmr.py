@@ -28,7 +28,7 @@ from ..skeleton._flat_vectors import (
     structure_mesh,
     two_norm as flat_two_norm,
 )
-from ..skeleton._linear_system import plain_system, System
+from ..skeleton._linear_system import in_user_units, plain_system, System
 from ..skeleton._loop_results import finish_result
 from ..skeleton._one_site_solver import AbstractOneSiteSolver
 from ._lsmr_step import Loop, lsmr_step
@@ -131,7 +131,7 @@ class LSMR(AbstractOneSiteSolver[_LSMRState]):
         # The system's right-hand side is the user's divided by `unit`.
         unit = system.unit
         if unit is not None:
-            x = x * unit.astype(x.dtype)
+            x = in_user_units(x, unit)
             for name in ("norm_r", "norm_Ar", "norm_x"):
                 stats[name] = stats[name] * unit
         return system.flat.unravel(x), result, stats
