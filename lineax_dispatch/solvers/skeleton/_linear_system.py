@@ -29,6 +29,7 @@ from ._flat_vectors import (
     result_dtype,
     select,
 )
+from ._packed_loop import on_xla_cpu
 
 
 # Below this many unknowns `System.updated_residual` is as fast without a `lax.cond`
@@ -224,14 +225,17 @@ def residual_in_units(b: Array, unit: Array) -> Callable[[Array], Array]:
 
 def in_user_units(y: Array, unit: Array) -> Array:
     """`y * unit`, the solution of a system whose right-hand side was divided by
-    the power of two `unit`, in a `lax.cond` taken where `unit` is not 1: the
-    product is a kernel of its own rather than fused into the kernels that read
-    the solution (XLA:CPU compiles each distinct kernel once; fused, a second
-    solve's preparation and every `mv` of a solution differ from the same
+    the power of two `unit`. On XLA:CPU in a `lax.cond` taken where `unit` is
+    not 1: the product is a kernel of its own rather than fused into the kernels
+    that read the solution (XLA:CPU compiles each distinct kernel once; fused, a
+    second solve's preparation and every `mv` of a solution differ from the same
     computations on an argument, and compile again), and where `unit` is 1 no
     product is computed. Under `vmap` the `cond` is taken where any vector's
     `unit` is not 1 (`nonbatchable(unvmap_any(...))`), and multiplies each by
-    its own, exactly 1 for the rest: no select of the two."""
+    its own, exactly 1 for the rest: no select of the two. Elsewhere the product
+    as it reads (see `_packed_loop.on_xla_cpu`)."""
+    if not on_xla_cpu():
+        return lax.mul(y, unit.astype(y.dtype))
     scaled = lax.ne(unit, jnp.ones((), unit.dtype))
     return lax.cond(
         eqxi.nonbatchable(eqxi.unvmap_any(scaled)),
