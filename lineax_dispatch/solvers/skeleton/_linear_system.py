@@ -234,12 +234,16 @@ def in_user_units(y: Array, unit: Array) -> Array:
     `unit` is not 1 (`nonbatchable(unvmap_any(...))`), and multiplies each by
     its own, exactly 1 for the rest: no select of the two. Elsewhere the product
     as it reads (see `_packed_loop.on_xla_cpu`)."""
+
+    def product(y: Array, u: Array) -> Array:
+        return lax.mul(y, u.astype(y.dtype))
+
     if not on_xla_cpu():
-        return lax.mul(y, unit.astype(y.dtype))
+        return product(y, unit)
     scaled = lax.ne(unit, jnp.ones((), unit.dtype))
     return lax.cond(
         eqxi.nonbatchable(eqxi.unvmap_any(scaled)),
-        lambda y, u: lax.mul(y, u.astype(y.dtype)),
+        product,
         lambda y, u: y,
         y,
         unit,
