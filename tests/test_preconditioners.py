@@ -266,6 +266,32 @@ def test_errors_name_the_argument_and_what_was_given():
     assert sol.result == lx.RESULTS.nonfinite_input
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_every_unusable_entry_makes_the_build_invalid(dtype):
+    # `valid` comes from the reduction that gives the spread: each kind of bad
+    # entry, alone among good ones, in either sign convention.
+    bad = (0.0, -1.0, np.nan, np.inf, -np.inf)
+
+    @jax.jit
+    def validity(diagonals):
+        out = []
+        for d in diagonals:
+            for tags in ((), PSD, lx.negative_semidefinite_tag):
+                sign = -1 if tags == lx.negative_semidefinite_tag else 1
+                op = lxd.DiagonalLinearOperator(sign * d)
+                op = lx.TaggedLinearOperator(op, tags) if tags else op
+                m = lxd.jacobi(op, throw=False)
+                out.append((m.valid, jnp.all(jnp.isfinite(m.inverse_diagonal))))
+        return out
+
+    good = jnp.arange(1.0, 6.0, dtype=dtype)
+    found = validity([good] + [good.at[2].set(x) for x in bad])
+    for i, (valid, finite) in enumerate(found):
+        entry, tagged = (None, *bad)[i // 3], i % 3 != 0
+        usable = entry is None or (entry == -1.0 and not tagged)
+        assert bool(valid) is usable and bool(finite) is usable, (entry, i % 3)
+
+
 def _chain(a, u):
     """`D^1/2 L D^1/2` on a line of `a.size` points, `L` the shifted 3-point
     Laplacian."""

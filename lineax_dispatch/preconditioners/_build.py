@@ -30,12 +30,13 @@ from ._structure import blocks_of, Part
 class Built(eqx.Module):
     """A preconditioner's entries before any check is enforced: the inverse
     (`inverse`: the diagonal's, or the blocks'), whether each entry or block was
-    usable (`usable`), and the spread of what was inverted (`spread`: the largest
-    over the smallest entry of the diagonal, or the largest block's 1-norm times
-    the largest inverse block's)."""
+    usable (`usable`) and whether all were (`valid`), and the spread of what was
+    inverted (`spread`: the largest over the smallest entry of the diagonal, or
+    the largest block's 1-norm times the largest inverse block's)."""
 
     inverse: Inexact[Array, "..."]
     usable: Bool[Array, "..."]
+    valid: Bool[Array, ""]
     spread: Real[Array, ""]
 
 
@@ -82,16 +83,34 @@ def resolve_budget(
 
 
 def _invert_diagonal(diagonal: Inexact[Array, " n"], sign: int) -> Built:
+    size = jnp.abs(diagonal)
     if sign:
         real = jnp.real(diagonal) * sign
         usable = jnp.isfinite(real) & (real > 0)
         inverse = (1 / jnp.where(usable, real, 1)).astype(diagonal.dtype)
+        top, bottom, least = _extremes(size, real)
     else:
         usable = jnp.isfinite(diagonal) & (diagonal != 0)
         inverse = 1 / jnp.where(usable, diagonal, 1)
-    size = jnp.abs(diagonal)
-    spread = jnp.max(size) / jnp.min(size)
-    return Built(inverse=inverse, usable=usable, spread=spread)
+        top, bottom, least = _extremes(size, size)
+    # Every entry is usable where the least is positive and the largest finite
+    # (NaN propagates through both): read from the spread's own reduction, not
+    # from `usable` in one more.
+    valid = (least > 0) & jnp.isfinite(top)
+    return Built(inverse=inverse, usable=usable, valid=valid, spread=top / bottom)
+
+
+def _extremes(size: Real[Array, " n"], signed: Real[Array, " n"]) -> tuple:
+    """`(max size, min size, min signed)` in one reduction (`(-inf, inf, inf)`
+    where empty); NaN where a vector holds one."""
+    inf = jnp.asarray(jnp.inf, size.dtype)
+    return lax.reduce((size, size, signed), (-inf, inf, inf), _max_min_min, (0,))
+
+
+def _max_min_min(a: tuple, b: tuple) -> tuple:
+    """The reduction of `_extremes` (one function for every call: JAX caches a
+    reduction's computation by the function)."""
+    return lax.max(a[0], b[0]), lax.min(a[1], b[1]), lax.min(a[2], b[2])
 
 
 def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:
@@ -109,7 +128,7 @@ def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:
     spread = jnp.max(norm(blocks)) * jnp.max(norm(inverse))
     if sharding is not None:
         inverse = jax.sharding.reshard(inverse, sharding)
-    return Built(inverse=inverse, usable=usable, spread=spread)
+    return Built(inverse=inverse, usable=usable, valid=jnp.all(usable), spread=spread)
 
 
 def _read(

@@ -50,9 +50,10 @@ def assemble(
         built = Built(
             inverse=built.inverse[:, None, None],
             usable=built.usable,
+            valid=built.valid,
             spread=built.spread,
         )
-    valid = jnp.all(built.usable)
+    valid = built.valid
     inverse = built.inverse
     if throw:
         inverse = eqx.error_if(inverse, ~valid, _failure(what, sign, blocks))

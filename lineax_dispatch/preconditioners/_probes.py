@@ -3,6 +3,7 @@ vectors where a pattern allows, otherwise from basis vectors, in batches within 
 memory budget, the batched products at float32's precision or above
 (`_precision.batched_products`, as every build of this package)."""
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +123,9 @@ def identity_padding(
     return jnp.where(inside, blocks, eye)
 
 
+# Up to this many probes the diagonal's masked sum over them is written out.
+UNROLLED_SUM = 8
+
 # Up to this many indices the colours are a constant of the program.
 TABLE_ENTRIES = 2**20
 
@@ -174,7 +178,12 @@ def _coloured_blocks(
         # sum over the probes (one term each), which compiles to less than a
         # gather.
         mine = column_colours[:n] == colours[:, None]
-        return jnp.sum(jnp.where(mine, images, 0), axis=0)[:, None, None]
+        picked = jnp.where(mine, images, 0)
+        if found.probes > UNROLLED_SUM:
+            return jnp.sum(picked, axis=0)[:, None, None]
+        # A sum of a few rows written out: elementwise, it fuses with the probes'
+        # images, where a reduction over them is a kernel of its own.
+        return functools.reduce(lax.add, list(picked))[:, None, None]
     images = jnp.pad(images, ((0, 0), (0, count * b - n))).reshape(-1, count, b)
     # Column t of block k was read by the probe of its colour: rows of block k.
     which = column_colours.reshape(count, b).T[:, :, None]

@@ -24,7 +24,9 @@ def _where(apply: Array, built: Built, block_size: int) -> Built:
         eye = jnp.eye(block_size, dtype=built.inverse.dtype)
         identity = jnp.broadcast_to(eye, built.inverse.shape)
     inverse = jnp.where(apply, built.inverse, identity)
-    return Built(inverse=inverse, usable=built.usable, spread=built.spread)
+    return Built(
+        inverse=inverse, usable=built.usable, valid=built.valid, spread=built.spread
+    )
 
 
 class PreconditionedSolver(lx.AbstractLinearSolver):
@@ -92,7 +94,7 @@ class PreconditionedSolver(lx.AbstractLinearSolver):
         check_operator(operator, "PreconditionedSolver")
         budget = resolve_budget(operator, self.memory_budget)
         built = read(operator, self.block_size, self.pattern, budget)
-        apply = jnp.all(built.usable) & (built.spread >= self.spread_min)
+        apply = built.valid & (built.spread >= self.spread_min)
         built = _where(apply, built, self.block_size)
         blocks = self.block_size > 1
         found = assemble(

@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 from jax import export
 
-from lineax_dispatch.solvers.skeleton._flat_vectors import binary_scale
+from lineax_dispatch.solvers.skeleton._flat_vectors import (
+    _power_of_two_by_arithmetic,
+    _power_of_two_by_bits,
+    binary_scale,
+)
 from lineax_dispatch.solvers.skeleton._linear_system import rhs_unit
 
 
@@ -44,6 +48,23 @@ def test_a_float64_scale_on_a_tpu_uses_no_bit_manipulation():
     operations = _operations("tpu", jnp.float64)
     assert "multiply" in operations  # the text was read
     assert not {op for op in operations if "shift" in op or "bitcast" in op}
+
+
+def test_the_tpu_s_arithmetic_gives_the_bits_scale():
+    # Run here on the CPU: every float64 exponent, each power of two, its next
+    # float up and its next float down, and the values the scale refuses.
+    powers = np.ldexp(1.0, np.arange(-1074, 1024))
+    values = np.concatenate(
+        [
+            powers,
+            np.nextafter(powers, np.inf),
+            np.nextafter(powers[1:], 0.0),
+            [0.0, np.inf, np.nan, np.finfo(np.float64).max],
+        ]
+    )
+    arithmetic = jax.jit(jax.vmap(_power_of_two_by_arithmetic))(values)
+    bits = jax.jit(jax.vmap(_power_of_two_by_bits))(values)
+    np.testing.assert_array_equal(np.asarray(arithmetic), np.asarray(bits))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])

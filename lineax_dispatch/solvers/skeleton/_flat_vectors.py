@@ -370,38 +370,53 @@ def _power_of_two_by_bits(value: Float[Array, ""]) -> Float[Array, ""]:
     integer = jnp.dtype(f"int{info.bits}")
     exponent_bits = np.array(((1 << info.nexp) - 1) << info.nmant, integer)
     top = lax.bitwise_and(lax.bitcast_convert_type(value, integer), exponent_bits)
-    usable = (top > 0) & (top < exponent_bits)
-    return jnp.where(usable, lax.bitcast_convert_type(top, value.dtype), 1)
+    usable = lax.bitwise_and(
+        lax.gt(top, np.array(0, integer)), lax.lt(top, exponent_bits)
+    )
+    one = _scalar(1.0, value)
+    return lax.select(usable, lax.bitcast_convert_type(top, value.dtype), one)
 
 
 def _power_of_two_by_arithmetic(value: Float[Array, ""]) -> Float[Array, ""]:
     """`binary_scale` of a float64 vector whose largest magnitude is `value`, by
     arithmetic alone."""
-    normal = jnp.finfo(value.dtype).smallest_normal
-    usable = (value >= normal) & jnp.isfinite(value)
-    unit = _power_of_two_below(jnp.where(usable, value, jnp.ones((), value.dtype)))
-    return jnp.where(usable, unit, jnp.ones((), value.dtype))
+    one = _scalar(1.0, value)
+    usable = lax.bitwise_and(
+        lax.ge(value, _scalar(float(jnp.finfo(value.dtype).smallest_normal), value)),
+        lax.is_finite(value),
+    )
+    unit = _power_of_two_below(lax.select(usable, value, one))
+    return lax.select(usable, unit, one)
+
+
+def _scalar(x: float, like: Array) -> np.ndarray:
+    """`x` as a constant of `like`'s dtype, for `lax`'s functions."""
+    return np.array(x, like.dtype)
 
 
 def _power_of_two_below(value: Float[Array, ""]) -> Float[Array, ""]:
     """The power of two `2^e` with `value` in `[2^e, 2^(e+1))`, for a positive
     finite float64 `value`, by arithmetic alone: `e` from `log2`, `2^e` as a
     product of the exact powers `2^(+-2^b)`, then one step of correction either
-    way (`log2` may round across an integer)."""
-    dtype = value.dtype
-    guess = jnp.floor(jnp.log2(value))
-    left = jnp.abs(guess)
-    unit = jnp.ones((), dtype)
+    way (`log2` may round across an integer). Written in `lax` primitives: this
+    is traced on every backend (`lax.platform_dependent` traces each branch), and
+    `jnp`'s wrappers would make it a hundred equations."""
+    guess = lax.floor(lax.div(lax.log(value), _scalar(np.log(2.0), value)))
+    negative = lax.lt(guess, _scalar(0.0, value))
+    left = lax.abs(guess)
+    unit = _scalar(1.0, value)
     for bit in reversed(range(11)):  # |e| < 2^11 for a float64
-        step = float(2**bit)
-        take = left >= step
+        step = _scalar(float(2**bit), value)
+        take = lax.ge(left, step)
         # (2^1024 is not a float64: a positive e < 1024 never takes that bit.)
-        up = 2.0 ** min(step, 1023.0)
-        factor = jnp.where(guess < 0, 2.0 ** (-step), up).astype(dtype)
-        unit = jnp.where(take, unit * factor, unit)
-        left = jnp.where(take, left - step, left)
-    unit = jnp.where(unit > value, unit / 2, unit)
-    return jnp.where(2 * unit <= value, 2 * unit, unit)
+        up = _scalar(2.0 ** min(2**bit, 1023), value)
+        factor = lax.select(negative, _scalar(2.0 ** -(2**bit), value), up)
+        unit = lax.select(take, lax.mul(unit, factor), unit)
+        left = lax.select(take, lax.sub(left, step), left)
+    two = _scalar(2.0, value)
+    unit = lax.select(lax.gt(unit, value), lax.div(unit, two), unit)
+    twice = lax.mul(two, unit)
+    return lax.select(lax.le(twice, value), twice, unit)
 
 
 def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
