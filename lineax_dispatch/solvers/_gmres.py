@@ -13,6 +13,7 @@ from lineax.internal import max_norm
 
 from .._validate import check_square
 from .skeleton._flat_vectors import (
+    binary_scale,
     keep_linearise,
     project,
     scaled_norm,
@@ -246,11 +247,15 @@ def _arnoldi_pass(c: _Constants, s: _Loop, w: Array) -> _Loop:
     """The state after an Arnoldi pass that computed `w = M A q_j`: the basis
     extended by one vector, and at the cycle's end the update of the iterate."""
     j, basis = s.j, s.basis
-    # `w` is of the operator's scale: its norms are taken scaled (`scaled_norm`).
-    step_norm = scaled_norm(w)
+    # `w` is of the operator's scale: its norms are taken scaled (`scaled_norm`),
+    # both by the scale of `w` before its projection is removed: what remains is
+    # no longer, and where its squares underflow there, it is below `eps` of the
+    # step (a breakdown either way).
+    unit = binary_scale(w)
+    step_norm = scaled_norm(w, unit)
     proj = project(basis, w)
     w = w - basis.T @ proj
-    w_norm = scaled_norm(w)
+    w_norm = scaled_norm(w, unit)
     breakdown = (w_norm < step_norm * c.eps) | s.initial_breakdown
     w = w / jnp.where(breakdown, jnp.inf, w_norm).astype(c.dtype)
     proj = proj.at[j + 1].set(w_norm.astype(c.dtype))

@@ -423,11 +423,15 @@ def two_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2))
 
 
-def scaled_norm(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
+def scaled_norm(
+    x: Shaped[Array, " n"], unit: Shaped[Array, ""] | None = None
+) -> Shaped[Array, ""]:
     """`two_norm(x)` taken on `x` divided by a power of two near its largest
-    entry (`binary_scale`), then multiplied back: the squares of float32 entries
-    overflow from about 1e19 and underflow below about 1e-19."""
-    unit = binary_scale(x)
+    entry (`binary_scale`, or `unit` where given), then multiplied back: the
+    squares of float32 entries overflow from about 1e19 and underflow below about
+    1e-19. A `unit` given must be the scale of a vector no smaller than `x`."""
+    if unit is None:
+        unit = binary_scale(x)
     return two_norm(x / unit.astype(x.dtype)) * unit
 
 
