@@ -3,9 +3,10 @@ own import statements (at any depth: an import inside a function counts).
 
 Imports run one way, from the bottom up:
 
-1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`, `_precision`: JAX's
-    internals per version, argument checks, shardings, jaxpr helpers, the
-    precision of batched products;
+1. `_compat`, `_validate`, `_explicit_axes`, `_jaxpr`, `_precision`,
+    `_reductions`: JAX's internals per version, argument checks, shardings,
+    jaxpr helpers, the precision of batched products, reductions as XLA:CPU
+    compiles them cheaply;
 2. `policies/_policy_interface.py`: the policy interface;
 3. `policies/calls/`: marked calls, keys, the trace's scope, the recorder
     interface a traced `mv` or solver `init` records through, source sites;
@@ -56,6 +57,7 @@ LAYERS = (
             "lineax_dispatch._explicit_axes",
             "lineax_dispatch._jaxpr",
             "lineax_dispatch._precision",
+            "lineax_dispatch._reductions",
         ),
     ),
     ("policy interface", ("lineax_dispatch.policies._policy_interface",)),

@@ -13,6 +13,7 @@ from jaxtyping import Array, Bool, Inexact, Real
 from .._compat import is_tracer
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
+from .._reductions import all_finite, LIBRARY_REDUCTION_SIZE
 from ..policies._memory import (
     default_memory_budget,
     operator_dtype,
@@ -88,15 +89,19 @@ def _invert_diagonal(diagonal: Inexact[Array, " n"], sign: int) -> Built:
         real = jnp.real(diagonal) * sign
         usable = jnp.isfinite(real) & (real > 0)
         inverse = (1 / jnp.where(usable, real, 1)).astype(diagonal.dtype)
-        top, bottom, least = _extremes(size, real)
     else:
+        real = size
         usable = jnp.isfinite(diagonal) & (diagonal != 0)
         inverse = 1 / jnp.where(usable, diagonal, 1)
-        top, bottom, least = _extremes(size, size)
-    # Every entry is usable where the least is positive and the largest finite
-    # (NaN propagates through both): read from the spread's own reduction, not
-    # from `usable` in one more.
-    valid = (least > 0) & jnp.isfinite(top)
+    # Every entry is usable where all are finite and the least (of the real
+    # parts, or of the sizes) is positive: read with the spread's extremes, not
+    # from `usable` in a reduction of booleans (see `LIBRARY_REDUCTION_SIZE`).
+    if diagonal.size >= LIBRARY_REDUCTION_SIZE:
+        top, bottom, least = jnp.max(size), jnp.min(size), jnp.min(real)
+        valid = all_finite(diagonal) & (least > 0)
+    else:  # one reduction with three outputs; NaN propagates through each
+        top, bottom, least = _extremes(size, real)
+        valid = (least > 0) & jnp.isfinite(top)
     return Built(inverse=inverse, usable=usable, valid=valid, spread=top / bottom)
 
 

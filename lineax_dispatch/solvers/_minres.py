@@ -11,9 +11,9 @@ import lineax as lx
 from jaxtyping import Array, Bool, Inexact, Int, PyTree, Real, Scalar
 from lineax.internal import max_norm
 
+from .._reductions import all_finite
 from .._validate import check_square
 from .skeleton._flat_vectors import (
-    all_finite,
     binary_scale,
     dot,
     keep_linearise,

@@ -312,35 +312,23 @@ def _branch_select_batched(
     return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
-def largest_and_smallest(x: Float[Array, " n"]) -> tuple[Array, Array]:
-    """`(max x, min x)` of a real vector, in one reduction of `x` itself (a
-    variadic `lax.reduce`): XLA:CPU compiles an elementwise function of `x`
-    ahead of a reduction (`|x|`, `x != 0`) as a kernel of its own, and the
-    reduction as one or two more. NaN where `x` holds one (`lax.max` and
-    `lax.min` propagate it); `(-inf, inf)` for an empty `x`."""
-    inf = constant(np.inf, x)
-    return lax.reduce((x, x), (lax.neg(inf), inf), _max_and_min, (0,))
-
-
-def _max_and_min(a: tuple, b: tuple) -> tuple:
-    """The reduction of `largest_and_smallest`. (One function for every call:
-    JAX caches a reduction's computation by the function.)"""
-    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
-
-
 def any_nonzero(x: Shaped[Array, " n"]) -> Array:
-    """Whether any entry of the vector `x` is not zero (or is NaN); for a real `x`
-    from one reduction (`largest_and_smallest`)."""
-    if jnp.iscomplexobj(x) or x.size == 0:
-        return jnp.any(x != 0)
-    top, bottom = largest_and_smallest(x)
-    zero = constant(0, top)
-    return either(lax.ne(top, zero), lax.ne(bottom, zero))
+    """Whether any entry of the vector `x` is not zero (or is NaN): `sum |x|`
+    is not zero, a sum XLA:CPU compiles as a library kernel (see `all_finite`).
+    (Entries below the smallest normal number count as zero: XLA:CPU flushes
+    them.)"""
+    if x.size == 0:
+        return jnp.array(False)
+    total = jnp.sum(jnp.abs(x))
+    return lax.ne(total, constant(0, total))
 
 
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
-    scalar; 1 where `x` is zero, subnormal or not finite. Dividing by it is exact
+    scalar; 1 where `x` is zero or subnormal, or its largest entry is infinite.
+    (Where `x` holds a NaN it may be 1 or the scale of the other entries: from
+    `LIBRARY_REDUCTION_SIZE` entries XLA:CPU's maximum drops a NaN in jax 0.10.2.
+    Whether `x` is finite is `all_finite`'s to say.) Dividing by it is exact
     (away from overflow and subnormals).
 
     `2^e` is `max |x|` with its mantissa bits cleared: a few scalar operations,
@@ -433,14 +421,6 @@ def scaled_norm(
     if unit is None:
         unit = binary_scale(x)
     return two_norm(x / unit.astype(x.dtype)) * unit
-
-
-def all_finite(tree: PyTree[Array]) -> Array:
-    leaves = jtu.tree_leaves(tree)
-    out = jnp.array(True)
-    for leaf in leaves:
-        out = out & jnp.all(jnp.isfinite(leaf))
-    return out
 
 
 def preconditioner_and_y0(

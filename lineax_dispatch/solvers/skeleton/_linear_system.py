@@ -18,14 +18,17 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Bool, PyTree
 
-from ._flat_vectors import (
+from ..._reductions import (
     all_finite,
+    largest_and_smallest,
+    LIBRARY_REDUCTION_SIZE,
+)
+from ._flat_vectors import (
     binary_scale,
     binary_scale_of_largest,
     both,
     flat_mv,
     Flattener,
-    largest_and_smallest,
     result_dtype,
     select,
 )
@@ -198,14 +201,14 @@ def rhs_unit(b: Array) -> Array:
 
 
 def rhs_unit_and_finite(b: Array) -> tuple[Array, Bool[Array, ""]]:
-    """`(rhs_unit(b), all_finite(b))`, for a real `b` both from one reduction:
-    `max |b|` as `max(max b, -min b)`, both in one reduction of `b` itself, and
-    `b` finite where both are (`lax.max` and `lax.min` propagate a NaN). A
-    solver whose loop needs both (GMRES, BiCGStab, MINRES) reads no further
-    reduction of `b`, nor `b / unit` as an array of its own (XLA:CPU compiles
-    `isfinite` ahead of a reduction as a kernel, the reduction as one or two
-    more)."""
-    if b.size == 0 or jnp.iscomplexobj(b):
+    """`(rhs_unit(b), all_finite(b))`. A solver whose loop needs both (GMRES,
+    BiCGStab, MINRES) reads no further reduction of `b`, nor `b / unit` as an
+    array of its own. A long real `b` is read by two reductions XLA:CPU runs as
+    library kernels (`max |b|` and the sum of `all_finite`, see
+    `LIBRARY_REDUCTION_SIZE`); a shorter one by one reduction with two outputs,
+    `max |b|` as `max(max b, -min b)`, and `b` finite where both are (`lax.max`
+    and `lax.min` propagate a NaN)."""
+    if b.size == 0 or b.size >= LIBRARY_REDUCTION_SIZE or jnp.iscomplexobj(b):
         return binary_scale(b), all_finite(b)
     top, bottom = largest_and_smallest(b)
     finite = both(lax.is_finite(top), lax.is_finite(bottom))

@@ -1,0 +1,48 @@
+"""Reductions of vectors that XLA:CPU compiles cheaply: which form of a
+reduction it runs as a library kernel, and the finiteness test and extremes
+every solver and preconditioner reads."""
+
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, Float, PyTree
+
+
+# XLA:CPU runs a reduction of a float vector of at least this many entries (a
+# sum, a maximum, a dot product, with an elementwise operand fused in) as a
+# library kernel (YNNPACK's), which compiles in a fraction of a millisecond; a
+# shorter one, one of booleans or one with several outputs it generates code for,
+# about 5-30 ms of compile each. (jax 0.10.2 to 0.12.1, float32 and float64.)
+LIBRARY_REDUCTION_SIZE = 4096
+
+
+def largest_and_smallest(x: Float[Array, " n"]) -> tuple[Array, Array]:
+    """`(max x, min x)` of a real vector, in one reduction of `x` itself (a
+    variadic `lax.reduce`): XLA:CPU compiles an elementwise function of `x`
+    ahead of a reduction (`|x|`, `x != 0`) as a kernel of its own, and the
+    reduction as one or two more. NaN where `x` holds one (`lax.max` and
+    `lax.min` propagate it); `(-inf, inf)` for an empty `x`."""
+    inf = np.array(np.inf, x.dtype)
+    return lax.reduce((x, x), (lax.neg(inf), inf), _max_and_min, (0,))
+
+
+def _max_and_min(a: tuple, b: tuple) -> tuple:
+    """The reduction of `largest_and_smallest`. (One function for every call:
+    JAX caches a reduction's computation by the function.)"""
+    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
+
+
+def all_finite(tree: PyTree[Array]) -> Array:
+    """Whether every entry of every leaf of `tree` is finite: `sum(x * 0)` is 0
+    where it is and NaN otherwise (`inf * 0` is NaN, and a sum keeps a NaN). A
+    sum of floats XLA:CPU compiles as a library kernel with its elementwise
+    operand fused in, in a fraction of the time of the kernels it generates for
+    a reduction of booleans (`jnp.all(jnp.isfinite(x))`: two, about 30 ms on a
+    CPU core) or of several outputs; its maximum and minimum do not propagate a
+    NaN in every version (jax 0.10.2's from 4,096 entries), a sum does."""
+    out = jnp.array(True)
+    for leaf in jtu.tree_leaves(tree):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
+            out = out & jnp.isfinite(jnp.sum(leaf * 0))
+    return out
