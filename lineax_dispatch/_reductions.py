@@ -6,7 +6,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, Float, PyTree, Shaped
 
 
 # XLA:CPU runs a reduction of a float vector of at least this many entries (a
@@ -46,3 +46,19 @@ def all_finite(tree: PyTree[Array]) -> Array:
         if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
             out = out & jnp.isfinite(jnp.sum(leaf * 0))
     return out
+
+
+def any_nonzero(x: Shaped[Array, " n"]) -> Array:
+    """Whether any entry of the vector `x` is not zero (or is NaN). A long `x`
+    from `sum |x|` (a library kernel, see `LIBRARY_REDUCTION_SIZE`); a shorter
+    real one from its largest and smallest entries in one reduction of `x`
+    itself (no kernel for `|x|` ahead of it). (Entries below the smallest normal
+    number count as zero where XLA:CPU flushes them.)"""
+    if x.size == 0:
+        return jnp.array(False)
+    if x.size >= LIBRARY_REDUCTION_SIZE or jnp.iscomplexobj(x):
+        total = jnp.sum(jnp.abs(x))
+        return lax.ne(total, np.zeros((), total.dtype))
+    top, bottom = largest_and_smallest(x)
+    zero = np.zeros((), top.dtype)
+    return lax.bitwise_or(lax.ne(top, zero), lax.ne(bottom, zero))

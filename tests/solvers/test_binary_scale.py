@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 from jax import export
 
-from lineax_dispatch._reductions import all_finite, LIBRARY_REDUCTION_SIZE
+from lineax_dispatch._reductions import (
+    all_finite,
+    any_nonzero,
+    LIBRARY_REDUCTION_SIZE,
+)
 from lineax_dispatch.solvers.skeleton._flat_vectors import (
     _power_of_two_by_arithmetic,
     _power_of_two_by_bits,
-    any_nonzero,
     binary_scale,
 )
 from lineax_dispatch.solvers.skeleton._linear_system import (

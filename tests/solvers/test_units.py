@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
-from lineax_dispatch.solvers.skeleton._flat_vectors import any_nonzero
+from lineax_dispatch._reductions import any_nonzero
 
 
 _TAGS = (lx.symmetric_tag, lx.positive_semidefinite_tag)

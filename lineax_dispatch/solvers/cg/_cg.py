@@ -12,9 +12,9 @@ import lineax as lx
 from jaxtyping import Array, PyTree, Scalar
 from lineax.internal import max_norm
 
+from ..._reductions import any_nonzero
 from ..._validate import check_square
 from ..skeleton._flat_vectors import (
-    any_nonzero,
     both,
     computed_once,
     conj_options,

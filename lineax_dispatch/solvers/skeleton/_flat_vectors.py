@@ -312,17 +312,6 @@ def _branch_select_batched(
     return jax.vmap(select, in_axes=axes)(pred, on_true, on_false), True
 
 
-def any_nonzero(x: Shaped[Array, " n"]) -> Array:
-    """Whether any entry of the vector `x` is not zero (or is NaN): `sum |x|`
-    is not zero, a sum XLA:CPU compiles as a library kernel (see `all_finite`).
-    (Entries below the smallest normal number count as zero: XLA:CPU flushes
-    them.)"""
-    if x.size == 0:
-        return jnp.array(False)
-    total = jnp.sum(jnp.abs(x))
-    return lax.ne(total, constant(0, total))
-
-
 def binary_scale(x: Shaped[Array, " n"]) -> Shaped[Array, ""]:
     """The power of two `2^e` with `max |x|` in `[2^e, 2^(e+1))`, as a real
     scalar; 1 where `x` is zero or subnormal, or its largest entry is infinite.
