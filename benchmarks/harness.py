@@ -37,8 +37,9 @@ from benchmarks.output import (  # re-exported: `harness.table`, `harness.save`.
     table as table,
     write_results as write_results,
 )
+from lineax_dispatch import _reductions
 from lineax_dispatch.program._compiled import RACE_THREADS
-from lineax_dispatch.solvers.skeleton import _flat_vectors, _linear_system
+from lineax_dispatch.solvers.skeleton import _linear_system
 
 
 SEED = 0
@@ -380,7 +381,7 @@ def without_rhs_scaling() -> Iterator[None]:
     then not solved."""
 
     def unit_and_finite(b):
-        return jnp.ones((), jnp.finfo(b.dtype).dtype), _flat_vectors.all_finite(b)
+        return jnp.ones((), jnp.finfo(b.dtype).dtype), _reductions.all_finite(b)
 
     with mock.patch.object(_linear_system, "rhs_unit_and_finite", unit_and_finite):
         yield

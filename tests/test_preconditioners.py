@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lineax_dispatch as lxd
+from lineax_dispatch._reductions import LIBRARY_REDUCTION_SIZE
 from lineax_dispatch.preconditioners import _probes
 from tests.helpers.eight_devices import run_on_eight_devices
 from tests.helpers.leaks import leak_checked
@@ -266,10 +267,13 @@ def test_errors_name_the_argument_and_what_was_given():
     assert sol.result == lx.RESULTS.nonfinite_input
 
 
+@pytest.mark.parametrize("n", [5, LIBRARY_REDUCTION_SIZE])
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
-def test_every_unusable_entry_makes_the_build_invalid(dtype):
-    # `valid` comes from the reduction that gives the spread: each kind of bad
-    # entry, alone among good ones, in either sign convention.
+def test_every_unusable_entry_makes_the_build_invalid(dtype, n):
+    # `valid` comes from the reductions that give the spread (one with three
+    # outputs, or from `LIBRARY_REDUCTION_SIZE` entries library sums, whose
+    # maximum drops a NaN in jax 0.10.2): each kind of bad entry, alone among
+    # good ones, in either sign convention.
     bad = (0.0, -1.0, np.nan, np.inf, -np.inf)
 
     @jax.jit
@@ -284,8 +288,8 @@ def test_every_unusable_entry_makes_the_build_invalid(dtype):
                 out.append((m.valid, jnp.all(jnp.isfinite(m.inverse_diagonal))))
         return out
 
-    good = jnp.arange(1.0, 6.0, dtype=dtype)
-    found = validity([good] + [good.at[2].set(x) for x in bad])
+    good = jnp.arange(1.0, n + 1.0, dtype=dtype)
+    found = validity([good] + [good.at[n // 2].set(x) for x in bad])
     for i, (valid, finite) in enumerate(found):
         entry, tagged = (None, *bad)[i // 3], i % 3 != 0
         usable = entry is None or (entry == -1.0 and not tagged)

@@ -1,6 +1,7 @@
 """The tables of the Benchmarks pages for what a solve's first call costs beyond
 its run (see `benchmark_tables.py`): `cg_compile`'s ablation, `solver_kernels`'
-counts, `trace_gap`'s traces and `first_call`'s paired ratios, as Markdown
+counts, `reduction_compile`'s forms, `trace_gap`'s traces and `first_call`'s
+paired ratios, as Markdown
 tables, in `TABLES` by the results file's name."""
 
 import statistics
@@ -17,6 +18,26 @@ def _cg_compile(data: dict) -> str:
     return f"n = {n}, median of {rounds} rounds:\n\n" + _table(
         ("CG", "XLA compile", "over lineax's, same round"), rows
     )
+
+
+def _reduction_compile(data: dict) -> str:
+    rows = []
+    for n, forms in data["results"].items():
+        for form, r in forms.items():
+            nan = {True: "kept", False: "dropped"}.get(r.get("keeps_nan"), "")
+            rows.append(
+                (
+                    n,
+                    form,
+                    _ms(r["compile_s"]),
+                    f"{r['over_elementwise']:.2f}x",
+                    "yes" if r["library"] else "",
+                    nan,
+                )
+            )
+    headers = ("length", "program", "XLA compile", "over elementwise", "library", "NaN")
+    rounds = data["settings"]["rounds"]
+    return f"float32, median of {rounds} rounds:\n\n" + _table(headers, rows)
 
 
 def _solver_kernels(data: dict) -> str:
@@ -126,6 +147,7 @@ def _first_call(data: dict) -> str:
 TABLES = {
     "cg_compile": _cg_compile,
     "first_call": _first_call,
+    "reduction_compile": _reduction_compile,
     "solver_kernels": _solver_kernels,
     "trace_gap": _trace_gap,
 }
