@@ -73,12 +73,12 @@ HEADLINES = (
     (
         "The same on held-out program families (stencils, adjoint pairs, "
         "Gauss-Newton, a network's Jacobian)",
-        "families-held-out-shared-kernels/families",
+        "families-held-out-reductions/families",
         "{held_out_latest.held_out.1.median} / {held_out_latest.held_out.1.worst}; "
         "{held_out_latest.held_out.100.median} / "
         "{held_out_latest.held_out.100.worst}",
         "python -m benchmarks.families --half held_out --repeats 2 "
-        "--out benchmarks/results/families-held-out-shared-kernels",
+        "--out benchmarks/results/families-held-out-reductions",
     ),
     (
         "One cheap CG solve compiled and run once, `lxd.jit` + ours over "

@@ -120,7 +120,7 @@ def _families(file: str, half: str, runs: str, key: str) -> str:
 for _file, _prefix, _halves in (
     ("families-held-out/families", "held_out", ("held_out",)),
     ("families-held-out/families-first-run", "held_out_first", ("held_out",)),
-    ("families-held-out-shared-kernels/families", "held_out_latest", ("held_out",)),
+    ("families-held-out-reductions/families", "held_out_latest", ("held_out",)),
     ("families", "families", ("fit", "held_out")),
 ):
     for _half in _halves:
