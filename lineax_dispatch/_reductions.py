@@ -17,20 +17,25 @@ from jaxtyping import Array, Float, PyTree, Shaped
 LIBRARY_REDUCTION_SIZE = 4096
 
 
-def largest_and_smallest(x: Float[Array, " n"]) -> tuple[Array, Array]:
-    """`(max x, min x)` of a real vector, in one reduction of `x` itself (a
-    variadic `lax.reduce`): XLA:CPU compiles an elementwise function of `x`
-    ahead of a reduction (`|x|`, `x != 0`) as a kernel of its own, and the
-    reduction as one or two more. NaN where `x` holds one (`lax.max` and
-    `lax.min` propagate it); `(-inf, inf)` for an empty `x`."""
+def largest_and_smallest(x: Float[Array, " n"], *others: Float[Array, " n"]) -> tuple:
+    """`(max x, min x)` of a real vector, and `min y` of each of `others` (real
+    vectors of its length) after them, in one reduction of the vectors
+    themselves (a variadic `lax.reduce`): XLA:CPU compiles an elementwise
+    function of `x` ahead of a reduction (`|x|`, `x != 0`) as a kernel of its
+    own, and a single-operand reduction shorter than `LIBRARY_REDUCTION_SIZE` as
+    two more. NaN where a vector holds one (`lax.max` and `lax.min` propagate
+    it); `-inf` and `inf` for empty ones."""
     inf = np.array(np.inf, x.dtype)
-    return lax.reduce((x, x), (lax.neg(inf), inf), _max_and_min, (0,))
+    operands = (x, x, *others)
+    starts = (lax.neg(inf), inf, *(np.array(np.inf, y.dtype) for y in others))
+    return tuple(lax.reduce(operands, starts, _max_then_mins, (0,)))
 
 
-def _max_and_min(a: tuple, b: tuple) -> tuple:
-    """The reduction of `largest_and_smallest`. (One function for every call:
-    JAX caches a reduction's computation by the function.)"""
-    return lax.max(a[0], b[0]), lax.min(a[1], b[1])
+def _max_then_mins(a: tuple, b: tuple) -> tuple:
+    """The reduction of `largest_and_smallest`: the maximum of the first operand,
+    the minimum of each other. (One function for every call: JAX caches a
+    reduction's computation by the function.)"""
+    return (lax.max(a[0], b[0]), *(lax.min(p, q) for p, q in zip(a[1:], b[1:])))
 
 
 def all_finite(tree: PyTree[Array]) -> Array:

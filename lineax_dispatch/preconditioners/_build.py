@@ -13,7 +13,7 @@ from jaxtyping import Array, Bool, Inexact, Real
 from .._compat import is_tracer
 from .._explicit_axes import explicit_sharding
 from .._precision import batched_products
-from .._reductions import all_finite, LIBRARY_REDUCTION_SIZE
+from .._reductions import all_finite, largest_and_smallest, LIBRARY_REDUCTION_SIZE
 from ..policies._memory import (
     default_memory_budget,
     operator_dtype,
@@ -100,22 +100,9 @@ def _invert_diagonal(diagonal: Inexact[Array, " n"], sign: int) -> Built:
         top, bottom, least = jnp.max(size), jnp.min(size), jnp.min(real)
         valid = all_finite(diagonal) & (least > 0)
     else:  # one reduction with three outputs; NaN propagates through each
-        top, bottom, least = _extremes(size, real)
+        top, bottom, least = largest_and_smallest(size, real)
         valid = (least > 0) & jnp.isfinite(top)
     return Built(inverse=inverse, usable=usable, valid=valid, spread=top / bottom)
-
-
-def _extremes(size: Real[Array, " n"], signed: Real[Array, " n"]) -> tuple:
-    """`(max size, min size, min signed)` in one reduction (`(-inf, inf, inf)`
-    where empty); NaN where a vector holds one."""
-    inf = jnp.asarray(jnp.inf, size.dtype)
-    return lax.reduce((size, size, signed), (-inf, inf, inf), _max_min_min, (0,))
-
-
-def _max_min_min(a: tuple, b: tuple) -> tuple:
-    """The reduction of `_extremes` (one function for every call: JAX caches a
-    reduction's computation by the function)."""
-    return lax.max(a[0], b[0]), lax.min(a[1], b[1]), lax.min(a[2], b[2])
 
 
 def _invert_blocks(blocks: Inexact[Array, "k b b"], sign: int) -> Built:

@@ -350,25 +350,20 @@ def _power_of_two_by_bits(value: Float[Array, ""]) -> Float[Array, ""]:
     usable = lax.bitwise_and(
         lax.gt(top, np.array(0, integer)), lax.lt(top, exponent_bits)
     )
-    one = _scalar(1.0, value)
+    one = constant(1.0, value)
     return lax.select(usable, lax.bitcast_convert_type(top, value.dtype), one)
 
 
 def _power_of_two_by_arithmetic(value: Float[Array, ""]) -> Float[Array, ""]:
     """`binary_scale` of a float64 vector whose largest magnitude is `value`, by
     arithmetic alone."""
-    one = _scalar(1.0, value)
+    one = constant(1.0, value)
     usable = lax.bitwise_and(
-        lax.ge(value, _scalar(float(jnp.finfo(value.dtype).smallest_normal), value)),
+        lax.ge(value, constant(jnp.finfo(value.dtype).smallest_normal, value)),
         lax.is_finite(value),
     )
     unit = _power_of_two_below(lax.select(usable, value, one))
     return lax.select(usable, unit, one)
-
-
-def _scalar(x: float, like: Array) -> np.ndarray:
-    """`x` as a constant of `like`'s dtype, for `lax`'s functions."""
-    return np.array(x, like.dtype)
 
 
 def _power_of_two_below(value: Float[Array, ""]) -> Float[Array, ""]:
@@ -378,19 +373,19 @@ def _power_of_two_below(value: Float[Array, ""]) -> Float[Array, ""]:
     way (`log2` may round across an integer). Written in `lax` primitives: this
     is traced on every backend (`lax.platform_dependent` traces each branch), and
     `jnp`'s wrappers would make it a hundred equations."""
-    guess = lax.floor(lax.div(lax.log(value), _scalar(np.log(2.0), value)))
-    negative = lax.lt(guess, _scalar(0.0, value))
+    guess = lax.floor(lax.div(lax.log(value), constant(np.log(2.0), value)))
+    negative = lax.lt(guess, constant(0.0, value))
     left = lax.abs(guess)
-    unit = _scalar(1.0, value)
+    unit = constant(1.0, value)
     for bit in reversed(range(11)):  # |e| < 2^11 for a float64
-        step = _scalar(float(2**bit), value)
+        step = constant(float(2**bit), value)
         take = lax.ge(left, step)
         # (2^1024 is not a float64: a positive e < 1024 never takes that bit.)
-        up = _scalar(2.0 ** min(2**bit, 1023), value)
-        factor = lax.select(negative, _scalar(2.0 ** -(2**bit), value), up)
+        up = constant(2.0 ** min(2**bit, 1023), value)
+        factor = lax.select(negative, constant(2.0 ** -(2**bit), value), up)
         unit = lax.select(take, lax.mul(unit, factor), unit)
         left = lax.select(take, lax.sub(left, step), left)
-    two = _scalar(2.0, value)
+    two = constant(2.0, value)
     unit = lax.select(lax.gt(unit, value), lax.div(unit, two), unit)
     twice = lax.mul(two, unit)
     return lax.select(lax.le(twice, value), twice, unit)
