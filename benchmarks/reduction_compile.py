@@ -7,6 +7,8 @@ Forms, each the whole program `f(x)` of a float32 vector `x`:
 
 - `elementwise`: `2 x + 1` (no reduction: the base of the ratios);
 - `sum`: `sum x`; `max`: `max x`; `dot`: `x . x`;
+- `dot, padded`: `x . x` with `x` padded with zeros to 4,096 entries (as
+  `_flat_vectors.dot` pads a solver's inner products from 1,024 entries);
 - `finite as a sum`: `isfinite(sum(x * 0))` (`_reductions.all_finite`);
 - `finite as booleans`: `all(isfinite(x))` (lineax's test of a solution);
 - `max and min`: both in one `lax.reduce` with two outputs
@@ -17,7 +19,9 @@ Each round compiles every form at every length once, a fresh program each
 median compile time, its median ratio to `elementwise` at that length in the same
 round, whether XLA:CPU made the reduction a library kernel (a `__ynn_fusion`
 in the optimised HLO), and, for `max`, whether a NaN in `x` comes out as NaN
-(XLA's `max` propagates it; the library kernel of jax 0.10.2 drops it).
+(XLA's `max` propagates it; the library kernel of jax 0.10.2 drops it). For
+`dot` and `dot, padded`, also the run time of one product (`run_us`: a
+`fori_loop` of 2,000 of them, compiled once, timed once, per product).
 
 How to run
 ----------
@@ -39,8 +43,9 @@ import numpy as np
 from . import harness
 
 
-FULL = dict(lengths=(1024, 2048, 4096, 16384), rounds=15)
+FULL = dict(lengths=(256, 1024, 2048, 4096, 16384), rounds=15)
 QUICK = dict(lengths=(1024, 4096), rounds=3)
+LIBRARY = 4096
 
 
 def _max_and_min(a, b):
@@ -52,10 +57,30 @@ FORMS = {
     "sum": jnp.sum,
     "max": jnp.max,
     "dot": lambda x: jnp.dot(x, x),
+    "dot, padded": lambda x: jnp.dot(_padded(x), _padded(x)),
     "finite as a sum": lambda x: jnp.isfinite(jnp.sum(x * 0)),
     "finite as booleans": lambda x: jnp.all(jnp.isfinite(x)),
     "max and min": lambda x: lax.reduce((x, x), (-np.inf, np.inf), _max_and_min, (0,)),
 }
+
+
+def _padded(x):
+    return jnp.pad(x, (0, max(LIBRARY - x.shape[0], 0)))
+
+
+def _run_us(form: str, x) -> float:
+    """Microseconds per product of `form` in a loop of 2,000 of them."""
+    count = 2000
+
+    def body(i, carry):
+        v, total = carry
+        return v * 0.999 + 1e-3, total + FORMS[form](v)
+
+    loop = jax.jit(lambda v: lax.fori_loop(0, count, body, (v, jnp.zeros((), v.dtype))))
+    jax.block_until_ready(loop(x))
+    start = time.perf_counter()
+    jax.block_until_ready(loop(x))
+    return 1e6 * (time.perf_counter() - start) / count
 
 
 def _compile_s(form: str, x) -> float:
@@ -74,6 +99,8 @@ def _facts(form: str, n: int) -> dict:
     if form == "max":
         found = jax.jit(jnp.max)(x.at[n // 2].set(jnp.nan))
         facts["keeps_nan"] = bool(jnp.isnan(found))
+    if form.startswith("dot"):
+        facts["run_us"] = _run_us(form, x)
     return facts
 
 
@@ -141,9 +168,10 @@ def main(argv=None) -> None:
                     f"{r['over_elementwise']:.2f}",
                     "yes" if r["library"] else "",
                     nan,
+                    f"{r['run_us']:.2f} us" if "run_us" in r else "",
                 ]
             )
-    header = ["length", "form", "compile", "x elementwise", "library", "NaN"]
+    header = ["length", "form", "compile", "x elementwise", "library", "NaN", "run"]
     print(harness.table(header, rows))
     payload = dict(environment=env, settings=settings, results=results)
     harness.write_results(

@@ -33,9 +33,18 @@ def _reduction_compile(data: dict) -> str:
                     f"{r['over_elementwise']:.2f}x",
                     "yes" if r["library"] else "",
                     nan,
+                    f"{r['run_us']:.2f} us" if "run_us" in r else "",
                 )
             )
-    headers = ("length", "program", "XLA compile", "over elementwise", "library", "NaN")
+    headers = (
+        "length",
+        "program",
+        "XLA compile",
+        "over elementwise",
+        "library",
+        "NaN",
+        "run, one product",
+    )
     rounds = data["settings"]["rounds"]
     return f"float32, median of {rounds} rounds:\n\n" + _table(headers, rows)
 
