@@ -203,10 +203,14 @@ def _library_length(x: Shaped[Array, " n"]) -> Shaped[Array, " n"]:
     """`x` padded with zeros to `LIBRARY_REDUCTION_SIZE` entries where XLA:CPU
     would otherwise generate code for a reduction of it: from `PADDED_DOT_FROM`
     entries of a real, unsharded vector. Its dot product is then a library kernel
-    (the padding fused into it), compiled in a fraction of the time, and from
-    1,024 entries it runs as fast (`benchmarks.reduction_compile`: 0.5 us a
-    product at 1,024 entries padded or not, 0.6 against 0.95 us at 2,048; at 256
-    the padded one took 0.45 us against 0.17)."""
+    (the padding fused into it), compiled in about a fifth of the time
+    (`benchmarks.reduction_compile`: 7 against 34 ms at 1,024 entries). Its run:
+    jax 0.10.2, 0.52 against 0.48 us a product at 1,024 entries and 0.60 against
+    0.95 at 2,048; jax 0.12.1, 0.53 against 0.27 and 0.55 against 0.52. At 256
+    entries it took 0.45 us against 0.17 (0.10): hence `PADDED_DOT_FROM`. A solve
+    run so often that its products' extra microseconds outweigh the kernels'
+    compile (tens of thousands of products, on jax 0.12.1 below 2,048 entries)
+    pays for it."""
     n = x.shape[0]
     if (
         not on_xla_cpu()
