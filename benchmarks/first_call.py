@@ -28,13 +28,17 @@ How to run
     python -m benchmarks.first_call --quick             # n <= 256, 3 rounds
     python -m benchmarks.first_call --half fit --rounds 7
     python -m benchmarks.first_call --families stencil,jacobian
+    python -m benchmarks.first_call --merge A/first_call.json B/first_call.json \
+        --out DIR                     # runs of separate families as one
 
 Results: `<out>/first_call.json` and `.png`.
 """
 
+import json
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from benchmarks import families, families_cases as fc, harness
 from benchmarks.families_scores import answer_ok, SLOWER_THAN_LINEAX
@@ -172,6 +176,19 @@ def plot(rows: list[dict], path) -> None:
     harness.save(fig, path)
 
 
+def merge(paths: Sequence[Path], out: Path) -> None:
+    """Writes the programs of several results files (one process per family, as on
+    a machine whose calls are time-limited) as one run, summarised again."""
+    loaded = [json.loads(p.read_text()) for p in paths]
+    rows = [row for payload in loaded for row in payload["cases"]]
+    totals = summary(rows)
+    print(format_rows(rows, totals))
+    payload = dict(loaded[0], cases=rows, summary=totals)
+    payload["config"] = dict(loaded[0]["config"], merged=[str(p) for p in paths])
+    payload["total_seconds"] = sum(p.get("total_seconds") or 0.0 for p in loaded)
+    harness.write_results(out, "first_call", payload, lambda p: plot(rows, p))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = harness.parser(__doc__, FULL, QUICK)
     parser.add_argument("--max-n", dest="max_n", type=int, help="largest n")
@@ -180,7 +197,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--half", choices=("all", "fit", "held_out"), default="held_out"
     )
     parser.add_argument("--families", type=harness.name_list(fc.FAMILIES))
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="write these results files as one run (in --out), measuring nothing",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     harness.fill_defaults(args, FULL, QUICK)
     start = time.perf_counter()
     env = harness.environment(load_average=True)
