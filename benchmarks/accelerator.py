@@ -42,9 +42,13 @@ BENCHMARKS = {
     "families": ["--quick", "--half", "held_out"],
     "dependent_sites": ["--quick"],
     "trace_gap": ["--quick"],
+    "first_call": ["--quick"],
 }
 # Added under `--quick` (meant for a CPU, where `families` alone took 4 minutes).
-QUICK_FLAGS = {"families": ["--families", "stencil"]}
+QUICK_FLAGS = {
+    "families": ["--families", "stencil"],
+    "first_call": ["--families", "stencil"],
+}
 PROBE = (
     "import json, jax; print(json.dumps(dict(backend=jax.default_backend(), "
     "devices=[str(d) for d in jax.devices()], jax=jax.__version__)))"
